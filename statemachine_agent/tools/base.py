@@ -58,7 +58,9 @@ class ToolCall:
 
     @classmethod
     def from_block(cls, block: Mapping[str, Any]) -> ToolCall:
-        return cls(id=str(block.get("id", "")), name=str(block.get("name", "")), input=block.get("input"))
+        return cls(
+            id=str(block.get("id", "")), name=str(block.get("name", "")), input=block.get("input")
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +78,11 @@ class ToolOutcome:
     extra: JSON = field(default_factory=dict)
 
     def to_block(self) -> JSON:
-        block: JSON = {"type": "tool_result", "tool_use_id": self.tool_use_id, "content": self.content}
+        block: JSON = {
+            "type": "tool_result",
+            "tool_use_id": self.tool_use_id,
+            "content": self.content,
+        }
         if self.is_error:
             block["is_error"] = True
         return block

@@ -1,0 +1,66 @@
+"""The emitter: one call per event, fanned out to the run's sinks and to structlog.
+
+Event names are `noun.verb` and their keys are documented in docs/events.md.
+Every event carries `run_id` and a wall-clock `ts`; the emitter adds them so
+phases only say what happened.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import structlog
+
+from statemachine_agent.audit.redact import Redactor
+from statemachine_agent.audit.sink import AuditSink
+
+LOGGER_NAME = "statemachine_agent"
+
+
+def default_logger() -> Any:
+    """The application's structlog pipeline if it set one up, else stdlib logging.
+
+    structlog, left unconfigured, prints every event to stdout; a library must not
+    do that to its host, so until the application configures structlog the events
+    go to the `statemachine_agent` stdlib logger, silent unless logging is set up.
+    """
+    if structlog.is_configured():
+        return structlog.get_logger(LOGGER_NAME)
+    return structlog.wrap_logger(
+        logging.getLogger(LOGGER_NAME),
+        processors=[structlog.stdlib.render_to_log_kwargs],
+        wrapper_class=structlog.stdlib.BoundLogger,
+    )
+
+
+class Emitter:
+    """Emits the events of one run."""
+
+    def __init__(
+        self,
+        run_id: str,
+        *,
+        sinks: Sequence[AuditSink] = (),
+        redactor: Redactor | None = None,
+        logger: Any = None,
+    ) -> None:
+        self.run_id = run_id
+        self.sinks = list(sinks)
+        self.redactor = redactor or Redactor()
+        self.logger = logger if logger is not None else default_logger()
+
+    def emit(self, event: str, **payload: Any) -> None:
+        record: dict[str, Any] = {"event": event, "run_id": self.run_id, "ts": time.time()}
+        record.update(payload)
+        record = self.redactor.redact(record)
+        for sink in self.sinks:
+            sink.write(record)
+        fields = {k: v for k, v in record.items() if k != "event"}
+        self.logger.info(event, **fields)
+
+    def close(self) -> None:
+        for sink in self.sinks:
+            sink.close()

@@ -1,0 +1,145 @@
+"""End-state handlers: one per way a run can end, each saying exactly why.
+
+A handler runs once, when the machine enters its end state, and turns the record
+into the `Ending` the result is built from. No run ends in a bare `return` or an
+escaped exception: whatever happened has a name here and a sentence in `reason`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from statemachine_agent.machine.context import RunContext
+from statemachine_agent.machine.guards import KNOWN_STOP_REASONS, budget_reason
+
+
+@dataclass(frozen=True, slots=True)
+class Ending:
+    """What a handler decides: the answer, the reason, and any structured extras."""
+
+    text: str
+    reason: str
+    data: Any = None
+    details: dict[str, Any] | None = None
+
+
+Handler = Callable[[RunContext], Awaitable[Ending]]
+
+
+def _last_text(ctx: RunContext) -> str:
+    reply = ctx.state.last_reply
+    return reply.text if reply else ""
+
+
+async def completed(ctx: RunContext) -> Ending:
+    """The model's final text is the answer."""
+    reply = ctx.state.last_reply
+    stop = reply.stop_reason if reply else "end_turn"
+    return Ending(_last_text(ctx), f"the model ended its turn ({stop})")
+
+
+async def finished(ctx: RunContext) -> Ending:
+    """The finish tool's input is the structured result; its summary is the text."""
+    data = dict(ctx.state.finish or {})
+    status = data.get("status", "completed")
+    summary = str(data.get("summary") or "")
+    return Ending(summary, f"the model called finish with status {status!r}", data=data)
+
+
+async def budget_exhausted(ctx: RunContext) -> Ending:
+    """Name the limit and its figures; keep whatever text the model last gave."""
+    why = budget_reason(ctx.state) or "a budget limit was reached"
+    return Ending(_last_text(ctx), f"budget exhausted: {why}")
+
+
+async def truncated(ctx: RunContext) -> Ending:
+    """The output hit max_tokens; a tool call cut off inside it is never run."""
+    reply = ctx.state.last_reply
+    cut_tool = bool(reply and reply.tool_uses)
+    limit = ctx.deps.max_tokens
+    reason = f"the reply was cut off at max_tokens={limit} in iteration {ctx.state.iteration}"
+    if cut_tool:
+        reason += "; the tool call inside it was not run"
+    return Ending(
+        _last_text(ctx),
+        reason + " (raise max_tokens or ask for shorter steps)",
+        details={"max_tokens": limit, "cut_tool_use": cut_tool},
+    )
+
+
+async def refused(ctx: RunContext) -> Ending:
+    """Keep the API's stop details: they say which policy applied."""
+    reply = ctx.state.last_reply
+    details = dict(reply.stop_details) if reply and reply.stop_details else {}
+    explanation = details.get("explanation") or details.get("category") or ""
+    reason = "the model refused to continue" + (f": {explanation}" if explanation else "")
+    return Ending(_last_text(ctx), reason, details={"stop_details": details})
+
+
+async def context_overflow(ctx: RunContext) -> Ending:
+    """Say how large the prompt was, as far as the API told us."""
+    run = ctx.state
+    input_tokens = run.last_reply.usage.input_tokens if run.last_reply else None
+    if run.error is not None:
+        reason = f"the prompt is too long for the model: {run.error.describe()}"
+    else:
+        reason = (
+            "the model's context window was exceeded "
+            f"(last input {input_tokens} tokens, {len(run.messages)} messages)"
+        )
+    return Ending(
+        _last_text(ctx),
+        reason,
+        details={"input_tokens": input_tokens, "messages": len(run.messages)},
+    )
+
+
+async def failed(ctx: RunContext) -> Ending:
+    """An error class, status and request id when an error ended the run; else the reply's fault."""
+    run = ctx.state
+    if run.error is not None:
+        err = run.error
+        return Ending(
+            "",
+            f"failed: {err.describe()}",
+            details={"error": err.kind, "status": err.status, "request_id": err.request_id},
+        )
+    reply = run.last_reply
+    if reply is None:
+        return Ending("", "failed before any model reply")
+    if reply.stop_reason == "tool_use" and not reply.tool_uses:
+        why = "stop_reason 'tool_use' but the reply holds no tool_use block"
+    elif reply.stop_reason not in KNOWN_STOP_REASONS:
+        why = f"unknown stop_reason {reply.stop_reason!r}"
+    else:
+        why = "the reply had neither text nor tool calls"
+    return Ending("", f"failed: {why}", details={"stop_reason": reply.stop_reason})
+
+
+async def cancelled(ctx: RunContext) -> Ending:
+    """Everything done so far is kept in the result's messages."""
+    return Ending(
+        _last_text(ctx),
+        f"cancelled by the host after {ctx.state.iteration} iterations",
+    )
+
+
+async def _reserved(ctx: RunContext) -> Ending:
+    """States whose features are not wired yet cannot be entered; say so if they are."""
+    return Ending("", f"entered reserved end state {ctx.state.state!r}")
+
+
+ENDINGS: Mapping[str, Handler] = {
+    "completed": completed,
+    "finished": finished,
+    "budget_exhausted": budget_exhausted,
+    "stalled": _reserved,
+    "truncated": truncated,
+    "refused": refused,
+    "context_overflow": context_overflow,
+    "failed": failed,
+    "cancelled": cancelled,
+    "awaiting_approval": _reserved,
+}

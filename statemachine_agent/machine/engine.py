@@ -1,0 +1,271 @@
+"""Build the `transitions` machine from the table and drive a run through it.
+
+The machine stays synchronous and pure: a phase does its I/O and names a
+trigger; the engine refreshes the record's clock and cancel flag, then fires the
+trigger, and `transitions` picks the first row whose guards pass. One machine
+serves every run of an agent: runs are its models, passed per trigger, so a run
+costs no machine construction and no `add_model` bookkeeping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import traceback
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from transitions import Machine, State
+
+from statemachine_agent.machine.context import RunContext
+from statemachine_agent.machine.endings import ENDINGS, Ending
+from statemachine_agent.machine.guards import GUARDS, Guard
+from statemachine_agent.machine.result import RunResult
+from statemachine_agent.machine.run import RunError, RunRecord, TransitionRecord
+from statemachine_agent.machine.table import END_STATES, ROWS, STATES, Row
+from statemachine_agent.phases.act import Act
+from statemachine_agent.phases.observe import Observe
+from statemachine_agent.phases.perceive import Perceive
+from statemachine_agent.phases.reason import Reason
+
+
+class MachineDefinitionError(RuntimeError):
+    """The table and the code disagree (a bug in the engine, never in a run)."""
+
+
+class Phase(Protocol):
+    async def run(self, ctx: RunContext) -> str: ...
+
+
+PHASES: Mapping[str, Phase] = {
+    "perceive": Perceive(),
+    "reason": Reason(),
+    "act": Act(),
+    "observe": Observe(),
+}
+
+
+class _Condition:
+    """A guard as `transitions` calls it, noting its verdict for the audit trail."""
+
+    def __init__(self, name: str, guard: Guard) -> None:
+        self.name = name
+        self.guard = guard
+
+    def __repr__(self) -> str:
+        return f"<guard {self.name}>"
+
+    def __call__(self, event: Any) -> bool:
+        verdict = bool(self.guard(event.model))
+        event.kwargs["verdicts"][self.name] = verdict
+        return verdict
+
+
+class _Fired:
+    """Notes which row fired, so the trail names the row and not only the states."""
+
+    def __init__(self, row: Row) -> None:
+        self.row = row
+
+    def __call__(self, event: Any) -> None:
+        event.kwargs["fired"].append(self.row)
+
+
+def build_machine() -> Machine:
+    """A `transitions.Machine` with exactly the table's states and rows, and no models."""
+    states = [State(name, final=name in END_STATES) for name in STATES]
+    machine = Machine(
+        model=None,
+        states=states,
+        initial=None,
+        auto_transitions=False,
+        send_event=True,
+        ignore_invalid_triggers=False,
+    )
+    for row in ROWS:
+        try:
+            conditions: list[Any] = [_Condition(name, GUARDS[name]) for name in row.guards]
+        except KeyError as exc:
+            raise MachineDefinitionError(f"row {row.key} names unknown guard {exc}") from None
+        machine.add_transition(
+            row.trigger, row.source, row.dest, conditions=conditions, after=[_Fired(row)]
+        )
+    return machine
+
+
+class Engine:
+    """Drives runs through one machine."""
+
+    def __init__(self) -> None:
+        self.machine = build_machine()
+
+    def fire(self, ctx: RunContext, trigger: str) -> TransitionRecord:
+        """Fire `trigger` from the run's state and record the transition."""
+        run = ctx.state
+        source = run.state
+        verdicts: dict[str, bool] = {}
+        fired: list[Row] = []
+        event = self.machine.events.get(trigger)
+        if event is None:
+            raise MachineDefinitionError(f"phase {source!r} named unknown trigger {trigger!r}")
+        if not event.trigger(run, verdicts=verdicts, fired=fired) or not fired:
+            raise MachineDefinitionError(f"no row fires for {source!r} on {trigger!r}")
+        run.seq += 1
+        record = TransitionRecord(
+            seq=run.seq,
+            source=source,
+            trigger=trigger,
+            dest=run.state,
+            guards=verdicts,
+            via=fired[0].guards,
+            iteration=run.iteration,
+            turn=run.turn,
+            elapsed_s=round(run.elapsed_s, 6),
+            usage_total=run.usage.to_dict(),
+            cost_usd=run.cost_usd,
+        )
+        run.trail.append(record)
+        ctx.emitter.emit("transition.fired", **record.to_dict())
+        return record
+
+    async def drive(self, ctx: RunContext, *, cancel: CancelToken | None = None) -> RunResult:
+        """Run phases and fire their triggers until an end state, then run its handler."""
+        run = ctx.state
+        ctx.started_at = ctx.deps.effects.monotonic() - run.elapsed_s
+        ctx.emitter.emit(
+            "run.started",
+            state=run.state,
+            model=ctx.deps.model.name,
+            messages=list(run.messages),
+            budget=_budget_fields(run),
+        )
+        while run.state not in END_STATES:
+            trigger = await self._step(ctx, cancel)
+            run.elapsed_s = ctx.deps.effects.monotonic() - ctx.started_at
+            if cancel is not None and cancel.cancelled:
+                run.cancel_requested = True
+            try:
+                self.fire(ctx, trigger)
+            except MachineDefinitionError as exc:
+                run.error = RunError(kind="MachineDefinitionError", message=str(exc))
+                self.fire(ctx, "crashed")
+        return await self._end(ctx)
+
+    async def _step(self, ctx: RunContext, cancel: CancelToken | None) -> str:
+        """Run the current phase; a defect in it becomes the `crashed` trigger."""
+        run = ctx.state
+        phase = PHASES.get(run.state)
+        try:
+            if phase is None:
+                raise MachineDefinitionError(f"no phase runs state {run.state!r}")
+            if cancel is None:
+                return await phase.run(ctx)
+            return await cancel.race(phase.run(ctx), run)
+        except Exception as exc:
+            run.error = RunError(kind=type(exc).__name__, message=_describe_defect(exc))
+            ctx.emitter.emit("phase.crashed", state=run.state, error=run.error.message)
+            return "crashed"
+
+    async def _end(self, ctx: RunContext) -> RunResult:
+        run = ctx.state
+        handler = ENDINGS[run.state]
+        try:
+            ending = await handler(ctx)
+        except Exception as exc:
+            ending = Ending("", f"the {run.state} handler failed: {_describe_defect(exc)}")
+        run.elapsed_s = ctx.deps.effects.monotonic() - ctx.started_at
+        result = RunResult(
+            end_state=run.state,
+            text=ending.text,
+            reason=ending.reason,
+            run_id=run.run_id,
+            iterations=run.iteration,
+            turn=run.turn,
+            usage=run.usage,
+            cost_usd=run.cost_usd,
+            elapsed_s=run.elapsed_s,
+            messages=list(run.messages),
+            trail=tuple(run.trail),
+            data=ending.data,
+            audit_path=run.audit_path,
+            details=ending.details,
+        )
+        ctx.emitter.emit(
+            "run.ended",
+            end_state=result.end_state,
+            reason=result.reason,
+            text=result.text,
+            data=result.data,
+            iterations=result.iterations,
+            turn=result.turn,
+            usage_total=result.usage.to_dict(),
+            cost_usd=result.cost_usd,
+            elapsed_s=round(result.elapsed_s, 6),
+        )
+        return result
+
+
+def _budget_fields(run: RunRecord) -> dict[str, Any]:
+    budget = run.budget
+    return {
+        "max_iterations": budget.max_iterations,
+        "max_cost_usd": budget.max_cost_usd,
+        "max_total_tokens": budget.max_total_tokens,
+        "max_seconds": budget.max_seconds,
+    }
+
+
+def _describe_defect(exc: BaseException) -> str:
+    where = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
+    place = f" at {where[0].filename}:{where[0].lineno}" if where else ""
+    return f"{type(exc).__name__}: {exc}{place}"
+
+
+class CancelToken:
+    """Asks a run to stop at its next transition boundary, from any thread.
+
+    A model call in flight is cancelled at once (its reply would be discarded
+    anyway); tools in flight are left to finish so every tool_use gets its result.
+    """
+
+    def __init__(self) -> None:
+        self._cancelled = False
+        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+    def cancel(self) -> None:
+        self._cancelled = True
+        waiters, self._waiters = self._waiters, []
+        for loop, future in waiters:
+            loop.call_soon_threadsafe(_resolve, future)
+
+    async def race(self, work: Any, run: RunRecord) -> str:
+        """Await a phase, abandoning an in-flight model call if cancellation comes first."""
+        if run.state != "reason":
+            return str(await work)
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
+        self._waiters.append((loop, waiter))
+        if self._cancelled:
+            _resolve(waiter)
+        task = asyncio.ensure_future(work)
+        try:
+            await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if (loop, waiter) in self._waiters:
+                self._waiters.remove((loop, waiter))
+        if task.done():
+            return str(task.result())
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        run.error = RunError(kind="Cancelled", message="the model call was cancelled by the host")
+        return "model_failed"
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)

@@ -1,0 +1,116 @@
+"""Guards: named, pure predicates over the run record.
+
+A guard reads the record and answers; it never calls a model, a tool or a clock
+(the engine refreshes `elapsed_s` before every transition). That is what makes a
+transition deterministic, so a recorded run replays to the same path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from statemachine_agent.machine.run import RunRecord
+
+Guard = Callable[[RunRecord], bool]
+
+KNOWN_STOP_REASONS = frozenset(
+    {
+        "tool_use",
+        "end_turn",
+        "stop_sequence",
+        "max_tokens",
+        "refusal",
+        "pause_turn",
+        "model_context_window_exceeded",
+    }
+)
+
+
+def _stop_reason(run: RunRecord) -> str | None:
+    return run.last_reply.stop_reason if run.last_reply else None
+
+
+def cancel_requested(run: RunRecord) -> bool:
+    """The host asked the run to stop at the next boundary."""
+    return run.cancel_requested
+
+
+def budget_exceeded(run: RunRecord) -> bool:
+    """A limit is reached, so another model call would overspend."""
+    return budget_reason(run) is not None
+
+
+def budget_reason(run: RunRecord) -> str | None:
+    """Which limit is reached, with the figures (shared by the guard and the handler)."""
+    return run.budget.exhausted(
+        iterations=run.iteration,
+        cost_usd=run.cost_usd,
+        total_tokens=run.usage.total_tokens,
+        elapsed_s=run.elapsed_s,
+    )
+
+
+def is_tool_use(run: RunRecord) -> bool:
+    """The model stopped to call tools and the reply really holds tool calls."""
+    reply = run.last_reply
+    return reply is not None and reply.stop_reason == "tool_use" and bool(reply.tool_uses)
+
+
+def is_empty_reply(run: RunRecord) -> bool:
+    """A reply with neither text nor tool calls cannot be an answer."""
+    reply = run.last_reply
+    if reply is None:
+        return True
+    if reply.stop_reason in ("pause_turn", "max_tokens", "refusal"):
+        return False
+    return not reply.tool_uses and not reply.text.strip()
+
+
+def is_end_turn(run: RunRecord) -> bool:
+    """The model ended its turn naturally."""
+    return _stop_reason(run) in ("end_turn", "stop_sequence")
+
+
+def is_max_tokens(run: RunRecord) -> bool:
+    return _stop_reason(run) == "max_tokens"
+
+
+def is_refusal(run: RunRecord) -> bool:
+    return _stop_reason(run) == "refusal"
+
+
+def is_pause_turn(run: RunRecord) -> bool:
+    return _stop_reason(run) == "pause_turn"
+
+
+def is_context_exceeded(run: RunRecord) -> bool:
+    return _stop_reason(run) == "model_context_window_exceeded"
+
+
+def is_context_error(run: RunRecord) -> bool:
+    """The API refused the request because the prompt is too long."""
+    return run.error is not None and run.error.context_exceeded
+
+
+def finish_called(run: RunRecord) -> bool:
+    """The model called the finish tool successfully."""
+    return run.finish is not None
+
+
+GUARDS: Mapping[str, Guard] = {
+    guard.__name__: guard
+    for guard in (
+        cancel_requested,
+        budget_exceeded,
+        is_tool_use,
+        is_empty_reply,
+        is_end_turn,
+        is_max_tokens,
+        is_refusal,
+        is_pause_turn,
+        is_context_exceeded,
+        is_context_error,
+        finish_called,
+    )
+}
+"""The guards the table may name, by name."""

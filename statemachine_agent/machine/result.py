@@ -1,0 +1,50 @@
+"""What a run hands back: how it ended, what it produced and how it got there."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from statemachine_agent.machine.run import TransitionRecord
+from statemachine_agent.models.base import JSON, Usage
+
+SUCCESS_STATES = frozenset({"completed", "finished"})
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    """The outcome of one run, built by the handler of the end state it reached."""
+
+    end_state: str
+    """The named end state (`completed`, `finished`, `budget_exhausted`, ...)."""
+    text: str
+    """The answer for a person: final text, finish summary, or salvage summary."""
+    reason: str
+    """Why the run ended, in one sentence with the figures."""
+    run_id: str
+    iterations: int
+    turn: int
+    usage: Usage
+    cost_usd: float
+    elapsed_s: float
+    messages: list[JSON]
+    """The exact Messages API history, ready to be sent again."""
+    trail: tuple[TransitionRecord, ...]
+    data: Any = None
+    """A structured result, when there is one (the `finish` tool's input)."""
+    audit_path: Path | None = None
+    details: dict[str, Any] | None = None
+    """End-state specific facts: error status and request id, refusal details, ..."""
+
+    @property
+    def ok(self) -> bool:
+        """Whether the run reached its goal by the model's own account."""
+        return self.end_state in SUCCESS_STATES
+
+    @property
+    def path(self) -> list[str]:
+        """The states visited, in order, starting state first."""
+        if not self.trail:
+            return []
+        return [self.trail[0].source, *(t.dest for t in self.trail)]

@@ -1,0 +1,136 @@
+"""The transition table: the one place the agent loop's control flow is written.
+
+The `transitions` machine, the diagrams under `diagrams/`, the state reference in
+`docs/` and the test that every row is exercised are all generated from `ROWS`.
+
+Reading it: a phase finishes and names a trigger; of the rows with that source
+and trigger, the first whose guards all pass fires. Guarded rows therefore sit
+above their fallback, and the order within a group is part of the contract:
+cancellation first, then the budget, then the model's stop_reason, then finishing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+WORKING_STATES: tuple[str, ...] = ("perceive", "reason", "act", "observe")
+"""The four phases of the loop."""
+
+HELPER_STATES: tuple[str, ...] = ("reflect", "intervene", "verify")
+"""Working states a configured feature routes through (reserved until wired)."""
+
+END_STATES: tuple[str, ...] = (
+    "completed",
+    "finished",
+    "budget_exhausted",
+    "stalled",
+    "truncated",
+    "refused",
+    "context_overflow",
+    "failed",
+    "cancelled",
+    "awaiting_approval",
+)
+"""Every way a run can end; each has exactly one handler in `endings.py`."""
+
+STATES: tuple[str, ...] = WORKING_STATES + HELPER_STATES + END_STATES
+INITIAL_STATE = "perceive"
+
+RESERVED_STATES: dict[str, str] = {
+    "reflect": "reflection interval and critic model (loop guards issue)",
+    "intervene": "stall intervention message (loop guards issue)",
+    "verify": "verifier of claimed completions (loop guards issue)",
+    "stalled": "stall detector persisting after interventions (loop guards issue)",
+    "awaiting_approval": "tools that need human approval (durable runs issue)",
+}
+"""States declared for the contract but not yet reachable, with the reason."""
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One transition: from `source` on `trigger` to `dest` when all `guards` pass."""
+
+    source: str
+    trigger: str
+    dest: str
+    guards: tuple[str, ...] = ()
+    description: str = ""
+
+    @property
+    def key(self) -> tuple[str, str, str, tuple[str, ...]]:
+        """What identifies a row: two rows may join the same states under other guards."""
+        return (self.source, self.trigger, self.dest, self.guards)
+
+    @property
+    def label(self) -> str:
+        """The edge label of diagrams: the trigger and its guards."""
+        if not self.guards:
+            return self.trigger
+        return f"{self.trigger} [{' & '.join(self.guards)}]"
+
+
+ROWS: tuple[Row, ...] = (
+    # perceive: the request is built; decide whether another model call may be made.
+    Row("perceive", "prepared", "cancelled", ("cancel_requested",),
+        "The host asked to cancel; no further model call."),
+    Row("perceive", "prepared", "budget_exhausted", ("budget_exceeded",),
+        "A limit (iterations, cost, tokens, time) is reached before the next call."),
+    Row("perceive", "prepared", "reason", (),
+        "The request is ready and the budget allows one more model call."),
+    # reason: one model call came back (or failed); its stop_reason decides.
+    Row("reason", "replied", "cancelled", ("cancel_requested",),
+        "Cancelled while the model was answering; the reply is kept."),
+    Row("reason", "replied", "act", ("is_tool_use",),
+        "The model asked for tools."),
+    Row("reason", "replied", "failed", ("is_empty_reply",),
+        "The reply had neither text nor tool calls."),
+    Row("reason", "replied", "completed", ("is_end_turn",),
+        "The model ended its turn (end_turn or stop_sequence) without tool calls."),
+    Row("reason", "replied", "truncated", ("is_max_tokens",),
+        "The output hit max_tokens; a cut-off tool call is never run."),
+    Row("reason", "replied", "refused", ("is_refusal",),
+        "The model refused; the API's stop details are kept."),
+    Row("reason", "replied", "perceive", ("is_pause_turn",),
+        "A server tool paused the turn; send the reply back to let it continue."),
+    Row("reason", "replied", "context_overflow", ("is_context_exceeded",),
+        "The model's context window was exceeded."),
+    Row("reason", "replied", "failed", (),
+        "Any other stop_reason is unknown to the engine: stop rather than guess."),
+    Row("reason", "model_failed", "cancelled", ("cancel_requested",),
+        "The in-flight model call was cancelled by the host."),
+    Row("reason", "model_failed", "context_overflow", ("is_context_error",),
+        "The API rejected the prompt as too long."),
+    Row("reason", "model_failed", "failed", (),
+        "The API call failed for good (4xx, or retries exhausted)."),
+    # act: every tool call of the reply has an outcome.
+    Row("act", "tools_done", "cancelled", ("cancel_requested",),
+        "Cancelled while tools ran; their outcomes are kept."),
+    Row("act", "tools_done", "observe", (),
+        "Every tool call has an outcome (errors included)."),
+    # observe: the results are in the history; continue or stop.
+    Row("observe", "observed", "cancelled", ("cancel_requested",),
+        "Cancelled after the tool results were recorded."),
+    Row("observe", "observed", "finished", ("finish_called",),
+        "The model called the finish tool; its input is the structured result."),
+    Row("observe", "observed", "perceive", (),
+        "Go round again with the tool results in the history."),
+    # A defect in a phase (a bug, not a model or tool failure) still ends by name.
+    *(
+        Row(state, "crashed", "failed", (), "An unexpected error inside the phase.")
+        for state in WORKING_STATES
+    ),
+)  # fmt: skip
+
+
+def rows_from(source: str, trigger: str) -> tuple[Row, ...]:
+    """The rows tried, in order, when `source` fires `trigger`."""
+    return tuple(r for r in ROWS if r.source == source and r.trigger == trigger)
+
+
+def guard_names() -> tuple[str, ...]:
+    """Every guard the table uses, in first-use order."""
+    seen: dict[str, None] = {}
+    for row in ROWS:
+        for name in row.guards:
+            seen.setdefault(name, None)
+    return tuple(seen)

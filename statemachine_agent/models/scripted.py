@@ -1,0 +1,73 @@
+"""A model that answers from a script: for tests, demos and replay.
+
+Each script entry is exactly the JSON the Messages API returns (or an exception
+to raise, or a function of the request), so a scripted run exercises the same
+engine paths as a live one. By default every request is checked by the strict
+request validator first and rejected like the real API would reject it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from statemachine_agent.models.base import DEFAULT_MODEL, ModelError, ModelReply, ModelRequest
+
+ScriptEntry = Mapping[str, Any] | BaseException | Callable[[ModelRequest], Any]
+
+
+class ScriptedModel:
+    """Replies with the next entry of its script, in order."""
+
+    def __init__(
+        self,
+        replies: Iterable[ScriptEntry],
+        *,
+        name: str = DEFAULT_MODEL,
+        validate: bool = True,
+    ) -> None:
+        self.name = name
+        self.validate = validate
+        self._script: list[ScriptEntry] = list(replies)
+        self._next = 0
+        self.requests: list[ModelRequest] = []
+        """Every request received, in order, for assertions."""
+
+    def __repr__(self) -> str:
+        return f"<ScriptedModel {self.name} {self._next}/{len(self._script)} replies used>"
+
+    @property
+    def remaining(self) -> int:
+        return len(self._script) - self._next
+
+    def complete(self, request: ModelRequest) -> ModelReply:
+        self.requests.append(request)
+        if self.validate:
+            self._check(request)
+        if self._next >= len(self._script):
+            raise ModelError(
+                f"the scripted model has no reply left ({len(self._script)} used)",
+                error_type="ScriptExhausted",
+            )
+        entry = self._script[self._next]
+        self._next += 1
+        if callable(entry) and not isinstance(entry, BaseException):
+            entry = entry(request)
+        if isinstance(entry, BaseException):
+            raise entry
+        return ModelReply.from_api(entry, request_id=f"req_scripted_{self._next}")
+
+    async def acomplete(self, request: ModelRequest) -> ModelReply:
+        return self.complete(request)
+
+    @staticmethod
+    def _check(request: ModelRequest) -> None:
+        from statemachine_agent.testing.validator import validate_request
+
+        problems = validate_request(request.to_api())
+        if problems:
+            raise ModelError(
+                "invalid request: " + "; ".join(problems),
+                status=400,
+                error_type="invalid_request_error",
+            )

@@ -1,0 +1,96 @@
+"""Reason: one model call, its reply kept whole.
+
+The assistant message is appended verbatim (every block, not only the text):
+tool_use ids, thinking signatures and server-tool blocks must go back to the
+API unchanged. Usage is charged here, the moment it is known.
+"""
+
+from __future__ import annotations
+
+from statemachine_agent.machine.context import RunContext
+from statemachine_agent.machine.run import RunError
+from statemachine_agent.models.base import JSON, ModelError, ModelReply
+from statemachine_agent.tools.base import ToolCall
+
+
+class Reason:
+    """Calls the model once; names `replied` or `model_failed`."""
+
+    async def run(self, ctx: RunContext) -> str:
+        run, deps = ctx.state, ctx.deps
+        request = ctx.request
+        if request is None:
+            raise RuntimeError("reason entered without a request from perceive")
+        ctx.emitter.emit(
+            "model.requested",
+            iteration=run.iteration + 1,
+            model=request.model,
+            message_count=len(request.messages),
+            tools=[t.get("name") for t in request.tools],
+            max_tokens=request.max_tokens,
+        )
+        try:
+            reply = await deps.effects.call_model(deps.model, request)
+        except ModelError as exc:
+            run.error = RunError(
+                kind=exc.error_type or "ModelError",
+                message=exc.message,
+                status=exc.status,
+                request_id=exc.request_id,
+                context_exceeded=exc.context_exceeded,
+            )
+            ctx.emitter.emit(
+                "model.failed",
+                iteration=run.iteration + 1,
+                error=run.error.describe(),
+                status=exc.status,
+                request_id=exc.request_id,
+                retryable=exc.retryable,
+            )
+            return "model_failed"
+        ctx.request = None
+        charge(ctx, reply)
+        run.last_reply = reply
+        append_reply(run.messages, reply)
+        run.pending_calls = (
+            [ToolCall.from_block(b) for b in reply.tool_uses]
+            if reply.stop_reason == "tool_use"
+            else []
+        )
+        ctx.emitter.emit(
+            "model.replied",
+            iteration=run.iteration,
+            stop_reason=reply.stop_reason,
+            content=list(reply.content),
+            usage=reply.usage.to_dict(),
+            cost_usd=run.cost_usd,
+            request_id=reply.request_id,
+            message_id=reply.id,
+        )
+        return "replied"
+
+
+def append_reply(messages: list[JSON], reply: ModelReply) -> None:
+    """Add the reply to the history; a continued (paused) turn extends its own message.
+
+    After `pause_turn` the paused assistant message is sent back as the last
+    message and the model continues it, so the continuation belongs to that same
+    message: appending a second assistant message would break role alternation.
+    """
+    if messages and messages[-1].get("role") == "assistant":
+        previous = messages[-1]
+        content = previous.get("content")
+        blocks = (
+            [{"type": "text", "text": content}] if isinstance(content, str) else list(content or [])
+        )
+        previous["content"] = blocks + [dict(b) for b in reply.content]
+        return
+    messages.append(reply.to_message())
+
+
+def charge(ctx: RunContext, reply: ModelReply) -> None:
+    """Count one model call against the run: an iteration, its tokens and their price."""
+    run = ctx.state
+    run.iteration += 1
+    run.usage = run.usage + reply.usage
+    run.cost_usd += ctx.deps.prices.cost(reply.model or ctx.deps.model.name, reply.usage)

@@ -1,0 +1,353 @@
+"""A local fake of the Messages API, for driving the *real* SDK in tests.
+
+Mocking the SDK would test our idea of it; this server lets the real client do
+its real work (headers, retries, error mapping, parsing) against scripted
+answers, while checking every request with the strict validator. It only ever
+binds 127.0.0.1, on a port the OS picks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import sys
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any, TypeAlias, cast
+
+from statemachine_agent.testing.validator import describe_problems, error_body, validate_request
+
+__all__ = ["ERROR_TYPES", "FakeAnthropicServer", "FakeError", "ScriptItem"]
+
+JSON = dict[str, Any]
+
+ERROR_TYPES: Mapping[int, str] = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    402: "billing_error",
+    403: "permission_error",
+    404: "not_found_error",
+    408: "timeout_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    504: "timeout_error",
+    529: "overloaded_error",
+}
+"""The `error.type` the real API sends with each status."""
+
+
+def _default_error_type(status: int) -> str:
+    if status in ERROR_TYPES:
+        return ERROR_TYPES[status]
+    return "api_error" if status >= 500 else "invalid_request_error"
+
+
+@dataclass(frozen=True)
+class FakeError:
+    """A scripted API error: the status, the error body, and headers such as `retry-after-ms`.
+
+    `error_type` defaults to what the real API sends with `status` (529 -> overloaded_error).
+    """
+
+    status: int
+    message: str = "Scripted error from FakeAnthropicServer."
+    error_type: str | None = None
+    headers: Mapping[str, str] | None = None
+
+    @property
+    def type(self) -> str:
+        return self.error_type or _default_error_type(self.status)
+
+
+ScriptItem: TypeAlias = JSON | FakeError | Callable[[JSON], JSON | FakeError]
+"""One scripted answer: a response body, an error, or a function of the request body."""
+
+_MESSAGES = "/v1/messages"
+_COUNT_TOKENS = "/v1/messages/count_tokens"
+
+
+class FakeAnthropicServer:
+    """Answers `POST /v1/messages` from a script, recording every request.
+
+    Use as a context manager; point `anthropic.Anthropic(base_url=server.base_url)`
+    at it. The server is listening as soon as it is constructed. Like the API it
+    wants credentials: an `x-api-key` header, or `authorization: Bearer ...`, which
+    is how SDK 2.x sends an api_key.
+    """
+
+    def __init__(self, responses: Iterable[ScriptItem] = (), *, validate: bool = True) -> None:
+        self.validate = validate
+        self.requests: list[JSON] = []
+        """Every JSON body posted to /v1/messages, in order, valid or not."""
+        self.headers: list[dict[str, str]] = []
+        """The headers of each request in `requests` (names lower-cased)."""
+        self.invalid_requests: list[tuple[JSON, list[str]]] = []
+        """Bodies the validator rejected, with their problems."""
+        self.count_tokens_requests: list[JSON] = []
+        self.errors: list[BaseException] = []
+        """Exceptions raised by scripted callables (they also became 500s)."""
+        self._script: deque[ScriptItem] = deque(responses)
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._httpd = _HTTPServer(self)
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name="FakeAnthropicServer",
+            daemon=True,
+        )
+        self._closed = False
+        self._thread.start()
+
+    @property
+    def base_url(self) -> str:
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    @property
+    def remaining(self) -> int:
+        """How many scripted answers have not been used yet."""
+        with self._lock:
+            return len(self._script)
+
+    def add(self, *responses: ScriptItem) -> None:
+        """Queue more answers after the ones already scripted."""
+        with self._lock:
+            self._script.extend(responses)
+
+    def close(self) -> None:
+        """Stop serving and wait for the server thread; safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join()
+
+    def __enter__(self) -> FakeAnthropicServer:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- called from the handler threads -------------------------------------------
+
+    def _next_request_id(self) -> str:
+        with self._lock:
+            return f"req_{next(self._ids)}"
+
+    def _record(self, body: JSON, headers: dict[str, str]) -> None:
+        with self._lock:
+            self.requests.append(body)
+            self.headers.append(headers)
+
+    def _answer(self, body: JSON) -> JSON | FakeError:
+        """What to send for a messages request that passed the checks."""
+        if self.validate:
+            problems = validate_request(body)
+            if problems:
+                with self._lock:
+                    self.invalid_requests.append((body, problems))
+                return FakeError(400, describe_problems(problems))
+        with self._lock:
+            item = self._script.popleft() if self._script else None
+        if item is None:
+            return FakeError(
+                500,
+                "FakeAnthropicServer: the script is exhausted; no response is queued for "
+                f"request #{len(self.requests)}",
+                headers={"x-should-retry": "false"},
+            )
+        if isinstance(item, FakeError | dict):
+            return item
+        try:
+            return item(body)
+        except Exception as exc:  # reported to the client and kept for the test to see
+            with self._lock:
+                self.errors.append(exc)
+            return FakeError(
+                500,
+                f"FakeAnthropicServer: the scripted callable raised {exc!r}",
+                headers={"x-should-retry": "false"},
+            )
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, owner: FakeAnthropicServer) -> None:
+        self.owner = owner
+        super().__init__(("127.0.0.1", 0), _Handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Stay quiet when a client hangs up; a test never wants that on stderr."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server_version = "FakeAnthropicServer/1"
+    protocol_version = "HTTP/1.0"
+
+    @property
+    def owner(self) -> FakeAnthropicServer:
+        return cast(_HTTPServer, self.server).owner
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """No request log on stderr."""
+
+    def do_GET(self) -> None:
+        self._not_found(self.owner._next_request_id())
+
+    def do_POST(self) -> None:
+        owner = self.owner
+        request_id = owner._next_request_id()
+        path = self.path.split("?", 1)[0].rstrip("/")
+        raw = self._read_body()
+        if path not in (_MESSAGES, _COUNT_TOKENS):
+            self._not_found(request_id)
+            return
+        headers = {name.lower(): value for name, value in self.headers.items()}
+        try:
+            body = json.loads(raw or b"null")
+        except ValueError as exc:
+            self._error(request_id, FakeError(400, f"request body is not valid JSON: {exc}"))
+            return
+        if not isinstance(body, dict):
+            self._error(request_id, FakeError(400, "request body must be a JSON object"))
+            return
+        if path == _MESSAGES:
+            owner._record(body, headers)
+        else:
+            with owner._lock:
+                owner.count_tokens_requests.append(body)
+        if not headers.get("x-api-key") and not headers.get("authorization", "").startswith(
+            "Bearer "
+        ):
+            message = "an x-api-key header (or an authorization: Bearer header) is required"
+            self._error(request_id, FakeError(401, message))
+            return
+        if not headers.get("anthropic-version"):
+            self._error(request_id, FakeError(400, "anthropic-version: header is required"))
+            return
+        if path == _COUNT_TOKENS:
+            self._json(200, {"input_tokens": max(1, len(raw) // 4)}, request_id)
+            return
+        answer = owner._answer(body)
+        if isinstance(answer, FakeError):
+            self._error(request_id, answer)
+        elif body.get("stream") is True:
+            self._stream(answer, request_id)
+        else:
+            self._json(200, answer, request_id)
+
+    def _read_body(self) -> bytes:
+        if self.headers.get("transfer-encoding", "").lower() == "chunked":
+            chunks: list[bytes] = []
+            while True:
+                size = int(self.rfile.readline().split(b";", 1)[0].strip() or b"0", 16)
+                if size == 0:
+                    self.rfile.readline()
+                    return b"".join(chunks)
+                chunks.append(self.rfile.read(size))
+                self.rfile.readline()
+        length = int(self.headers.get("content-length") or 0)
+        return self.rfile.read(length) if length else b""
+
+    def _not_found(self, request_id: str) -> None:
+        self._error(request_id, FakeError(404, f"Not found: {self.command} {self.path}"))
+
+    def _error(self, request_id: str, error: FakeError) -> None:
+        body = error_body(error.type, error.message, request_id)
+        self._json(error.status, body, request_id, error.headers)
+
+    def _json(
+        self,
+        status: int,
+        body: Mapping[str, Any],
+        request_id: str,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        payload = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(payload)))
+        self.send_header("request-id", request_id)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        with contextlib.suppress(ConnectionError):
+            self.wfile.write(payload)
+
+    def _stream(self, reply: Mapping[str, Any], request_id: str) -> None:
+        """Send a scripted reply as the server-sent events the streaming API emits."""
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("cache-control", "no-cache")
+        self.send_header("request-id", request_id)
+        self.end_headers()
+        with contextlib.suppress(ConnectionError):
+            for event in _stream_events(reply):
+                data = json.dumps(event)
+                self.wfile.write(f"event: {event['type']}\ndata: {data}\n\n".encode())
+            self.wfile.flush()
+
+
+def _stream_events(reply: Mapping[str, Any]) -> Iterator[JSON]:
+    """The event sequence of a streamed response whose final message is `reply`."""
+    usage = dict(reply.get("usage") or {})
+    start = {
+        **reply,
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": {**usage, "output_tokens": 1},
+    }
+    start.pop("stop_details", None)
+    yield {"type": "message_start", "message": start}
+    for index, block in enumerate(reply.get("content") or ()):
+        kind = block.get("type")
+        if kind == "text":
+            yield _block_start(index, {**block, "text": ""})
+            yield _delta(index, {"type": "text_delta", "text": block.get("text", "")})
+        elif kind == "tool_use":
+            yield _block_start(index, {**block, "input": {}})
+            partial = json.dumps(block.get("input") or {})
+            yield _delta(index, {"type": "input_json_delta", "partial_json": partial})
+        elif kind == "thinking":
+            yield _block_start(index, {**block, "thinking": "", "signature": ""})
+            yield _delta(index, {"type": "thinking_delta", "thinking": block.get("thinking", "")})
+            signature = block.get("signature", "")
+            yield _delta(index, {"type": "signature_delta", "signature": signature})
+        else:
+            yield _block_start(index, dict(block))
+        yield {"type": "content_block_stop", "index": index}
+    yield {
+        "type": "message_delta",
+        "delta": {
+            "stop_reason": reply.get("stop_reason"),
+            "stop_sequence": reply.get("stop_sequence"),
+            "stop_details": reply.get("stop_details"),
+        },
+        "usage": {"output_tokens": int(usage.get("output_tokens") or 0)},
+    }
+    yield {"type": "message_stop"}
+
+
+def _block_start(index: int, block: JSON) -> JSON:
+    return {"type": "content_block_start", "index": index, "content_block": block}
+
+
+def _delta(index: int, delta: JSON) -> JSON:
+    return {"type": "content_block_delta", "index": index, "delta": delta}

@@ -1,0 +1,226 @@
+"""`@tool`: turn a typed, documented Python function into a `Tool`.
+
+The function's signature is the single source of truth: its type hints become
+the JSON Schema the model is shown (derived by pydantic, the way the Anthropic
+SDK's own `beta_tool` does it), and its docstring becomes the description the
+model reads. Anything that cannot be described faithfully fails at decoration
+time, because a tool the model misunderstands fails silently at run time.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Callable, Mapping
+from typing import Any, cast, overload
+
+import docstring_parser
+import pydantic
+
+from .base import DEFAULT_TOOL_TIMEOUT, JSON, Tool
+
+__all__ = ["TOOL_NAME_PATTERN", "schema_from_function", "tool"]
+
+TOOL_NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+"""What the Messages API accepts as a tool name."""
+
+_VALUE_KEYWORDS = frozenset({"default", "enum", "const", "examples"})
+"""Schema keywords whose values are data, not subschemas: never rewrite inside them."""
+
+_NAME_MAP_KEYWORDS = frozenset({"properties", "patternProperties", "$defs", "definitions"})
+"""Schema keywords mapping user-chosen names to subschemas: the names are not keywords."""
+
+
+@overload
+def tool(func: Callable[..., Any], /) -> Tool: ...
+
+
+@overload
+def tool(
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    timeout: float | None = DEFAULT_TOOL_TIMEOUT,
+    sequential: bool = False,
+    ends_run: bool = False,
+) -> Callable[[Callable[..., Any]], Tool]: ...
+
+
+def tool(
+    func: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    timeout: float | None = DEFAULT_TOOL_TIMEOUT,
+    sequential: bool = False,
+    ends_run: bool = False,
+) -> Tool | Callable[[Callable[..., Any]], Tool]:
+    """Declare a tool from a sync or async function, bare (`@tool`) or with options.
+
+    The returned `Tool` is still callable like the function. Its handler
+    converts validated JSON input to the annotated types (an `Enum` member, a
+    pydantic model instance, ...) before calling the function, so the function
+    receives what its signature promises, not raw JSON.
+
+    Raises `TypeError` when the signature cannot be expressed as a JSON object
+    (`*args`, `**kwargs`, positional-only or unannotated parameters, types
+    pydantic cannot describe) or when there is no description, and
+    `ValueError` for an invalid name or timeout.
+    """
+
+    def decorate(fn: Callable[..., Any]) -> Tool:
+        return _build_tool(
+            fn,
+            name=name,
+            description=description,
+            timeout=timeout,
+            sequential=sequential,
+            ends_run=ends_run,
+        )
+
+    if func is not None:
+        return decorate(func)
+    return decorate
+
+
+def _build_tool(
+    func: Callable[..., Any],
+    *,
+    name: str | None,
+    description: str | None,
+    timeout: float | None,
+    sequential: bool,
+    ends_run: bool,
+) -> Tool:
+    if isinstance(func, Tool):
+        raise TypeError(f"{func.name!r} is already a Tool; apply @tool only once")
+    if not callable(func):
+        raise TypeError(f"@tool needs a function, got {type(func).__name__}")
+
+    tool_name = name if name is not None else getattr(func, "__name__", "")
+    if not TOOL_NAME_PATTERN.fullmatch(tool_name):
+        raise ValueError(
+            f"Invalid tool name {tool_name!r}: use 1-64 letters, digits, '_' or '-' "
+            "(pass name=... to @tool)"
+        )
+    if timeout is not None and not timeout > 0:
+        raise ValueError(f"Tool {tool_name!r}: timeout must be positive or None, got {timeout!r}")
+
+    docstring = docstring_parser.parse(inspect.getdoc(func) or "")
+    tool_description = description if description is not None else _describe(docstring)
+    if not tool_description.strip():
+        raise TypeError(
+            f"Tool {tool_name!r} has no description: give the function a docstring "
+            "or pass description=... to @tool (the model relies on it to choose the tool)"
+        )
+
+    schema = schema_from_function(func, tool_name=tool_name, docstring=docstring)
+    try:
+        handler = pydantic.validate_call(func)
+    except Exception as exc:  # pragma: no cover - schema generation already succeeded
+        raise TypeError(f"Tool {tool_name!r}: cannot wrap {func!r}: {exc}") from exc
+
+    return Tool(
+        name=tool_name,
+        description=tool_description,
+        input_schema=schema,
+        handler=handler,
+        timeout=timeout,
+        sequential=sequential,
+        ends_run=ends_run,
+    )
+
+
+def _describe(docstring: docstring_parser.Docstring) -> str:
+    """Short plus long description: what the tool does and when to use it, not its params."""
+    parts = [docstring.short_description, docstring.long_description]
+    return "\n\n".join(part.strip() for part in parts if part and part.strip())
+
+
+def schema_from_function(
+    func: Callable[..., Any],
+    *,
+    tool_name: str | None = None,
+    docstring: docstring_parser.Docstring | None = None,
+) -> JSON:
+    """The JSON Schema of `func`'s keyword arguments, as a tool's `input_schema`.
+
+    Titles are dropped (they only repeat the names and cost tokens), objects
+    with declared properties refuse unknown keys, and each parameter's
+    docstring text becomes its `description` unless the type already has one.
+    """
+    label: str = tool_name or getattr(func, "__name__", None) or repr(func)
+    _check_signature(func, label)
+    try:
+        raw = pydantic.TypeAdapter(cast(Any, func)).json_schema()
+    except Exception as exc:
+        raise TypeError(f"Cannot derive an input schema for tool {label!r}: {exc}") from exc
+
+    schema = _clean(raw)
+    if not isinstance(schema, dict) or schema.get("type") != "object":  # pragma: no cover
+        raise TypeError(f"Tool {label!r}: expected an object schema, got {raw!r}")
+
+    if docstring is None:
+        docstring = docstring_parser.parse(inspect.getdoc(func) or "")
+    properties = schema.setdefault("properties", {})
+    for param in docstring.params:
+        prop = properties.get(param.arg_name)
+        if isinstance(prop, dict) and param.description and "description" not in prop:
+            prop["description"] = param.description.strip()
+    schema["additionalProperties"] = False
+    return schema
+
+
+def _check_signature(func: Callable[..., Any], label: str) -> None:
+    """Reject parameters a JSON object of named arguments cannot carry."""
+    try:
+        signature = inspect.signature(func)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"Tool {label!r}: cannot read the signature of {func!r}: {exc}") from exc
+    for param in signature.parameters.values():
+        if param.kind is inspect.Parameter.VAR_POSITIONAL:
+            raise TypeError(
+                f"Tool {label!r}: *{param.name} cannot be passed as JSON; "
+                "declare each argument as a named parameter"
+            )
+        if param.kind is inspect.Parameter.VAR_KEYWORD:
+            raise TypeError(
+                f"Tool {label!r}: **{param.name} cannot be described to the model; "
+                "declare each argument as a named parameter"
+            )
+        if param.kind is inspect.Parameter.POSITIONAL_ONLY:
+            raise TypeError(
+                f"Tool {label!r}: parameter {param.name!r} is positional-only, but tools "
+                "are called with keyword arguments; remove the '/'"
+            )
+        if param.annotation is inspect.Parameter.empty:
+            raise TypeError(
+                f"Tool {label!r}: parameter {param.name!r} has no type hint; annotate it "
+                "(use typing.Any to accept any JSON value)"
+            )
+
+
+def _clean(node: Any) -> Any:
+    """Copy a pydantic schema without `title` keywords, closing objects with properties.
+
+    Walks the schema structurally so that a property *named* `title`, or a
+    default value containing a `title` key, survives.
+    """
+    if isinstance(node, list):
+        return [_clean(item) for item in node]
+    if not isinstance(node, Mapping):
+        return node
+    out: JSON = {}
+    for key, value in node.items():
+        if key == "title" and isinstance(value, str):
+            continue
+        if key in _VALUE_KEYWORDS:
+            out[key] = value
+        elif key in _NAME_MAP_KEYWORDS and isinstance(value, Mapping):
+            out[key] = {sub: _clean(subschema) for sub, subschema in value.items()}
+        else:
+            out[key] = _clean(value)
+    if "properties" in out and "additionalProperties" not in out:
+        out["additionalProperties"] = False
+    return out

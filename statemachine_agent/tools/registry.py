@@ -1,0 +1,338 @@
+"""The tools of one agent, and the one place where their calls are executed.
+
+Every call ends as a `ToolOutcome`, whatever the model asked for and whatever
+the handler did: the loop only ever sees outcomes, and the model always gets
+an answer it can act on (what was wrong, and how to fix it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import dataclasses
+import enum
+import inspect
+import json
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from datetime import date, datetime
+from datetime import time as dt_time
+from typing import Any
+
+import jsonschema
+import pydantic
+
+from .base import JSON, ErrorKind, Tool, ToolCall, ToolOutcome
+from .decorator import TOOL_NAME_PATTERN
+
+__all__ = ["EMPTY_RESULT", "ToolError", "ToolRegistry"]
+
+EMPTY_RESULT = "(empty result)"
+"""Said instead of nothing, so the model knows the tool ran and found nothing."""
+
+_MAX_ERROR_DETAIL_CHARS = 300
+"""One validation error may quote a huge input; keep each short so the schema stays visible."""
+
+
+class ToolError(Exception):
+    """A deliberate, user-facing failure: its message is the whole tool result.
+
+    Raise it from a handler for expected problems ("No such city: Pariss") so
+    the model sees exactly your words, not a "raised ValueError" wrapper.
+    """
+
+
+class ToolRegistry:
+    """The tools of one agent: their API definitions, and their safe execution.
+
+    Sync handlers run in worker threads so they never block the event loop. A
+    sync handler that hangs past its timeout is answered with a timeout
+    outcome and the run proceeds, but its thread cannot be killed: it runs on
+    (as a daemon thread, so it never delays shutdown) until the function
+    returns, holding whatever it holds. Handlers doing blocking I/O should
+    therefore set their own timeouts too.
+    """
+
+    def __init__(self, tools: Iterable[Tool] = (), *, max_result_chars: int = 100_000) -> None:
+        if max_result_chars <= 0:
+            raise ValueError(f"max_result_chars must be positive, got {max_result_chars}")
+        self.max_result_chars = max_result_chars
+        self._tools: dict[str, Tool] = {}
+        self._validators: dict[str, jsonschema.Draft202012Validator] = {}
+        for item in tools:
+            self.register(item)
+
+    # -- the set of tools ----------------------------------------------------
+
+    def register(self, tool: Tool) -> None:
+        """Add a tool; a name clash or a broken schema fails here, not mid-run."""
+        if not isinstance(tool, Tool):
+            raise TypeError(f"Expected a Tool, got {type(tool).__name__} (did you forget @tool?)")
+        if tool.name in self._tools:
+            raise ValueError(f"A tool named {tool.name!r} is already registered")
+        if not TOOL_NAME_PATTERN.fullmatch(tool.name):
+            raise ValueError(
+                f"Invalid tool name {tool.name!r}: use 1-64 letters, digits, '_' or '-'"
+            )
+        schema = dict(tool.input_schema)
+        try:
+            jsonschema.Draft202012Validator.check_schema(schema)
+        except jsonschema.SchemaError as exc:
+            raise ValueError(
+                f"Tool {tool.name!r} has an invalid input_schema: {exc.message}"
+            ) from exc
+        self._validators[tool.name] = jsonschema.Draft202012Validator(schema)
+        self._tools[tool.name] = tool
+
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def __iter__(self) -> Iterator[Tool]:
+        return iter(tuple(self._tools.values()))
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Tool names in registration order."""
+        return tuple(self._tools)
+
+    def definitions(self) -> list[JSON]:
+        """The `tools` parameter of a Messages API request, in registration order."""
+        return [item.to_api() for item in self._tools.values()]
+
+    # -- execution -----------------------------------------------------------
+
+    async def execute(self, call: ToolCall) -> ToolOutcome:
+        """Run one call and answer it; never raises, except to propagate cancellation."""
+        start = time.perf_counter()
+        try:
+            outcome = await self._execute(call)
+        except asyncio.CancelledError:
+            if _cancel_requested():
+                raise
+            # The handler raised CancelledError on its own: a failure, not our cancellation.
+            outcome = self._error(call, "raised", f"{call.name} raised CancelledError")
+        except Exception as exc:  # e.g. a result whose str() raises: still an answer
+            outcome = self._error(call, "raised", f"{call.name} raised {_describe_exc(exc)}")
+        outcome = self._truncate(outcome)
+        return dataclasses.replace(outcome, duration_s=time.perf_counter() - start)
+
+    async def execute_all(self, calls: Sequence[ToolCall]) -> list[ToolOutcome]:
+        """Answer every call of one reply, in the order of the calls.
+
+        Consecutive non-sequential calls run concurrently; a `sequential`
+        tool's call waits for the batch before it and runs alone.
+        """
+        outcomes: list[ToolOutcome | None] = [None] * len(calls)
+        batch: list[int] = []
+
+        async def flush() -> None:
+            results = await asyncio.gather(*(self.execute(calls[i]) for i in batch))
+            for i, outcome in zip(batch, results, strict=True):
+                outcomes[i] = outcome
+            batch.clear()
+
+        for index, call in enumerate(calls):
+            known = self._tools.get(call.name)
+            if known is not None and known.sequential:
+                await flush()
+                outcomes[index] = await self.execute(call)
+            else:
+                batch.append(index)
+        await flush()
+        return [outcome for outcome in outcomes if outcome is not None]
+
+    async def _execute(self, call: ToolCall) -> ToolOutcome:
+        found = self._tools.get(call.name)
+        if found is None:
+            available = ", ".join(self._tools) or "(none)"
+            return self._error(
+                call, "unknown_tool", f"Unknown tool {call.name!r}. Available tools: {available}"
+            )
+        problem = self._validate(found, call.input)
+        if problem is not None:
+            return self._error(call, "invalid_input", problem)
+
+        try:
+            value = await _run_handler(found, call.input)
+        except _HandlerTimeoutError:
+            return self._error(
+                call,
+                "timeout",
+                f"Tool {found.name!r} did not finish within {float(found.timeout or 0)} s; "
+                "try a smaller request, or continue without this result",
+            )
+        except ToolError as exc:
+            message = str(exc).strip() or f"{found.name} failed"
+            return self._error(call, "raised", message)
+        except Exception as exc:
+            return self._error(call, "raised", f"{found.name} raised {_describe_exc(exc)}")
+
+        content, data = _render(value)
+        return ToolOutcome(tool_use_id=call.id, name=call.name, content=content, data=data)
+
+    def _validate(self, found: Tool, given: Any) -> str | None:
+        """Why the input does not fit the schema, worded for the model; None if it fits."""
+        if not isinstance(given, Mapping):
+            schema_text = json.dumps(dict(found.input_schema), ensure_ascii=False)
+            return (
+                f"Invalid input for tool {found.name!r}: expected a JSON object of arguments, "
+                f"got {_json_type(given)}.\nExpected input schema: {schema_text}"
+            )
+        errors = sorted(
+            self._validators[found.name].iter_errors(dict(given)),
+            key=lambda err: (list(map(str, err.absolute_path)), err.message),
+        )
+        if not errors:
+            return None
+        schema_text = json.dumps(dict(found.input_schema), ensure_ascii=False)
+        lines = [f"- {err.json_path}: {_clip(err.message)}" for err in errors]
+        return (
+            f"Invalid input for tool {found.name!r} ({len(errors)} "
+            f"{'error' if len(errors) == 1 else 'errors'}):\n"
+            + "\n".join(lines)
+            + f"\nFix the input to match the expected input schema: {schema_text}"
+        )
+
+    def _error(self, call: ToolCall, kind: ErrorKind, message: str) -> ToolOutcome:
+        return ToolOutcome(
+            tool_use_id=call.id, name=call.name, content=message, is_error=True, error_kind=kind
+        )
+
+    def _truncate(self, outcome: ToolOutcome) -> ToolOutcome:
+        """Cut an oversize text, saying so, so one result cannot flood the context."""
+        omitted = len(outcome.content) - self.max_result_chars
+        if omitted <= 0:
+            return outcome
+        content = (
+            outcome.content[: self.max_result_chars]
+            + f"\n\n[... {omitted} characters omitted; narrow the query]"
+        )
+        extra = {**outcome.extra, "omitted_chars": omitted}
+        return dataclasses.replace(outcome, content=content, extra=extra)
+
+
+class _HandlerTimeoutError(Exception):
+    """Our deadline passed; distinct from a `TimeoutError` the handler raised itself."""
+
+
+async def _run_handler(found: Tool, arguments: Mapping[str, Any]) -> Any:
+    kwargs = dict(arguments)
+    timer = asyncio.timeout(found.timeout)
+    try:
+        async with timer:
+            if inspect.iscoroutinefunction(found.handler):
+                result = await found.handler(**kwargs)
+            else:
+                result = await _run_in_thread(found.name, found.handler, kwargs)
+            if inspect.isawaitable(result):
+                # A sync callable that returned a coroutine (e.g. a wrapped async function).
+                result = await result
+    except TimeoutError:
+        if timer.expired():
+            raise _HandlerTimeoutError from None
+        raise
+    return result
+
+
+async def _run_in_thread(name: str, fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
+    """Run a sync handler in its own daemon thread and await its result.
+
+    Not `asyncio.to_thread`: the default executor is joined by `asyncio.run`
+    at shutdown (and its workers at interpreter exit), so one hung handler
+    would hang the whole program after its timeout was already answered, and
+    a few hung handlers would starve every later call of workers. A daemon
+    thread that nobody waits for any more just finishes, or dies with the
+    process. It cannot be killed earlier: Python has no way to stop a thread.
+    """
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
+    context = contextvars.copy_context()  # keep e.g. structlog's bound context
+
+    def settle(error: BaseException | None, value: Any) -> None:
+        if future.done():  # cancelled: the call timed out or the run was cancelled
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(value)
+
+    def work() -> None:
+        error: BaseException | None = None
+        value: Any = None
+        try:
+            value = context.run(fn, **kwargs)
+        except Exception as exc:
+            error = exc
+        except BaseException as exc:  # SystemExit etc. must not escape into the loop
+            error = RuntimeError(_describe_exc(exc))
+        with contextlib.suppress(RuntimeError):  # the loop closed: nobody is waiting
+            loop.call_soon_threadsafe(settle, error, value)
+
+    threading.Thread(target=work, name=f"tool:{name}", daemon=True).start()
+    return await future
+
+
+def _cancel_requested() -> bool:
+    task = asyncio.current_task()
+    return task is None or task.cancelling() > 0
+
+
+def _render(value: Any) -> tuple[str, Any]:
+    """The text the model reads, and the raw value kept for the engine (None for text)."""
+    if value is None:
+        return EMPTY_RESULT, None
+    if isinstance(value, str):
+        return (value if value.strip() else EMPTY_RESULT), None
+    try:
+        text = json.dumps(value, ensure_ascii=False, default=_json_default)
+    except (TypeError, ValueError):  # e.g. non-string keys or a reference cycle
+        text = str(value)
+    return (text if text.strip() else EMPTY_RESULT), value
+
+
+def _json_default(value: Any) -> Any:
+    """Readable JSON for common non-JSON values; `str()` for the rest."""
+    if isinstance(value, pydantic.BaseModel):
+        return value.model_dump(mode="json")
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, datetime | date | dt_time):
+        return value.isoformat()
+    if isinstance(value, set | frozenset | tuple):
+        return list(value)
+    return str(value)
+
+
+def _describe_exc(exc: BaseException) -> str:
+    message = str(exc).strip()
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+
+
+def _clip(text: str) -> str:
+    if len(text) <= _MAX_ERROR_DETAIL_CHARS:
+        return text
+    return text[:_MAX_ERROR_DETAIL_CHARS] + "..."
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list | tuple):
+        return "an array"
+    return type(value).__name__

@@ -1,0 +1,186 @@
+"""One test per row of the transition table.
+
+Each row gets an *arrangement*: a run record in the row's source state for which
+the row's guards hold and every row above it in its group fails. Firing the
+row's trigger must then fire exactly that row. A row without an arrangement
+fails `test_every_row_has_an_arrangement`, so the table cannot grow untested.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from statemachine_agent.audit.events import Emitter
+from statemachine_agent.audit.sink import MemorySink
+from statemachine_agent.effects.base import InProcessEffects
+from statemachine_agent.machine.context import AgentDeps, RunContext
+from statemachine_agent.machine.engine import Engine
+from statemachine_agent.machine.run import RunError, RunRecord
+from statemachine_agent.machine.table import ROWS, Row
+from statemachine_agent.models.base import ModelReply
+from statemachine_agent.models.scripted import ScriptedModel
+from statemachine_agent.policy.budget import Budget
+from statemachine_agent.policy.pricing import DEFAULT_PRICE_TABLE
+from statemachine_agent.testing import replies
+from statemachine_agent.tools.registry import ToolRegistry
+
+Arrange = Callable[[RunRecord], None]
+
+
+def _reply(body: dict[str, object]) -> ModelReply:
+    return ModelReply.from_api(body)
+
+
+def _last(body: dict[str, object]) -> Arrange:
+    def arrange(run: RunRecord) -> None:
+        run.last_reply = _reply(body)
+
+    return arrange
+
+
+def _cancel(run: RunRecord) -> None:
+    run.cancel_requested = True
+
+
+def _spent(run: RunRecord) -> None:
+    run.iteration = run.budget.max_iterations
+
+
+def _nothing(run: RunRecord) -> None:
+    return None
+
+
+def _error(context_exceeded: bool) -> Arrange:
+    def arrange(run: RunRecord) -> None:
+        run.error = RunError(
+            kind="invalid_request_error" if context_exceeded else "authentication_error",
+            message="prompt is too long" if context_exceeded else "invalid x-api-key",
+            status=400 if context_exceeded else 401,
+            context_exceeded=context_exceeded,
+        )
+
+    return arrange
+
+
+def _finish(run: RunRecord) -> None:
+    run.finish = {"status": "completed", "summary": "done", "result": 42}
+
+
+ARRANGEMENTS: dict[tuple[str, str, str, tuple[str, ...]], Arrange] = {
+    ("perceive", "prepared", "cancelled", ("cancel_requested",)): _cancel,
+    ("perceive", "prepared", "budget_exhausted", ("budget_exceeded",)): _spent,
+    ("perceive", "prepared", "reason", ()): _nothing,
+    ("reason", "replied", "cancelled", ("cancel_requested",)): _cancel,
+    ("reason", "replied", "act", ("is_tool_use",)): _last(replies.tool_use("calculate")),
+    ("reason", "replied", "failed", ("is_empty_reply",)): _last(
+        replies.reply(stop_reason="end_turn")
+    ),
+    ("reason", "replied", "completed", ("is_end_turn",)): _last(replies.text("hi")),
+    ("reason", "replied", "truncated", ("is_max_tokens",)): _last(
+        replies.text("cut", stop_reason="max_tokens")
+    ),
+    ("reason", "replied", "refused", ("is_refusal",)): _last(replies.reply(stop_reason="refusal")),
+    ("reason", "replied", "perceive", ("is_pause_turn",)): _last(
+        replies.reply(stop_reason="pause_turn")
+    ),
+    ("reason", "replied", "context_overflow", ("is_context_exceeded",)): _last(
+        replies.text("x", stop_reason="model_context_window_exceeded")
+    ),
+    ("reason", "replied", "failed", ()): _last(replies.text("x", stop_reason="brand_new")),
+    ("reason", "model_failed", "cancelled", ("cancel_requested",)): _cancel,
+    ("reason", "model_failed", "context_overflow", ("is_context_error",)): _error(True),
+    ("reason", "model_failed", "failed", ()): _error(False),
+    ("act", "tools_done", "cancelled", ("cancel_requested",)): _cancel,
+    ("act", "tools_done", "observe", ()): _nothing,
+    ("observe", "observed", "cancelled", ("cancel_requested",)): _cancel,
+    ("observe", "observed", "finished", ("finish_called",)): _finish,
+    ("observe", "observed", "perceive", ()): _nothing,
+    ("perceive", "crashed", "failed", ()): _nothing,
+    ("reason", "crashed", "failed", ()): _nothing,
+    ("act", "crashed", "failed", ()): _nothing,
+    ("observe", "crashed", "failed", ()): _nothing,
+}
+
+
+def make_context(state: str) -> RunContext:
+    record = RunRecord(
+        run_id="run_test",
+        budget=Budget(max_iterations=3),
+        model_name="claude-sonnet-5",
+        state=state,
+        messages=[{"role": "user", "content": "hi"}],
+    )
+    deps = AgentDeps(
+        model=ScriptedModel([]),
+        tools=ToolRegistry(),
+        effects=InProcessEffects(),
+        prices=DEFAULT_PRICE_TABLE,
+    )
+    return RunContext(state=record, deps=deps, emitter=Emitter("run_test", sinks=[MemorySink()]))
+
+
+@pytest.fixture(scope="module")
+def engine() -> Engine:
+    return Engine()
+
+
+def test_every_row_has_an_arrangement() -> None:
+    """Adding a row to the table without a test for it fails here."""
+    missing = [row.key for row in ROWS if row.key not in ARRANGEMENTS]
+    stale = [key for key in ARRANGEMENTS if key not in {row.key for row in ROWS}]
+    assert missing == []
+    assert stale == []
+
+
+@pytest.mark.parametrize(
+    "row", ROWS, ids=lambda r: f"{r.source}-{r.trigger}-{r.dest}-{'+'.join(r.guards) or 'else'}"
+)
+def test_row_fires(engine: Engine, row: Row) -> None:
+    """With the row's guards true and every earlier row's false, exactly this row fires."""
+    ctx = make_context(row.source)
+    ARRANGEMENTS[row.key](ctx.state)
+    record = engine.fire(ctx, row.trigger)
+    assert record.key == row.key
+    assert ctx.state.state == row.dest
+    for guard in row.guards:
+        assert record.guards[guard] is True
+    earlier = ROWS[: ROWS.index(row)]
+    for other in earlier:
+        if (other.source, other.trigger) == (row.source, row.trigger):
+            assert not all(record.guards.get(g, False) for g in other.guards)
+
+
+def test_fired_transition_is_an_audit_event(engine: Engine) -> None:
+    """Firing emits `transition.fired` with the documented keys."""
+    ctx = make_context("perceive")
+    engine.fire(ctx, "prepared")
+    sink = ctx.emitter.sinks[0]
+    assert isinstance(sink, MemorySink)
+    (event,) = sink.events
+    assert event["event"] == "transition.fired"
+    assert {
+        "run_id", "seq", "source", "dest", "trigger", "guards", "via",
+        "iteration", "turn", "usage_total", "cost_usd", "elapsed_s", "ts",
+    } <= set(event)  # fmt: skip
+    assert event["guards"] == {"cancel_requested": False, "budget_exceeded": False}
+
+
+def test_guard_order_cancel_beats_budget(engine: Engine) -> None:
+    """Cancellation is checked before the budget: both true ends in cancelled."""
+    ctx = make_context("perceive")
+    _cancel(ctx.state)
+    _spent(ctx.state)
+    engine.fire(ctx, "prepared")
+    assert ctx.state.state == "cancelled"
+    assert ctx.state.trail[-1].guards == {"cancel_requested": True}
+
+
+def test_guard_order_cancel_beats_stop_reason(engine: Engine) -> None:
+    """A cancelled run does not go on to run the tools it was asked for."""
+    ctx = make_context("reason")
+    _last(replies.tool_use("calculate"))(ctx.state)
+    _cancel(ctx.state)
+    engine.fire(ctx, "replied")
+    assert ctx.state.state == "cancelled"
