@@ -1,0 +1,112 @@
+"""Invariants that hold for any script a model could follow (Hypothesis).
+
+Whatever the model answers (tool calls good and bad, text, every stop_reason,
+unknown ones, API errors), a run ends in a named end state within its budget,
+the trail is a connected path through the table, and every request the engine
+built is one the real API would accept.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from statemachine_agent import Agent, Budget, ModelError, ScriptedModel, calculate, finish, tool
+from statemachine_agent.machine.table import END_STATES, RESERVED_STATES, ROWS
+from statemachine_agent.testing import replies
+from statemachine_agent.testing.validator import validate_request
+
+
+@tool
+def explode(reason: str = "") -> str:
+    """A tool that always raises."""
+    raise RuntimeError(f"exploded {reason}")
+
+
+@tool
+def echo(value: str) -> str:
+    """Returns its input; empty strings exercise the empty-result path."""
+    return value
+
+
+TOOL_NAMES = ["calculate", "explode", "echo", "finish", "does_not_exist"]
+STOP_REASONS = [
+    "end_turn",
+    "stop_sequence",
+    "max_tokens",
+    "refusal",
+    "pause_turn",
+    "model_context_window_exceeded",
+    "tool_use",
+    "something_new",
+]
+
+inputs = st.one_of(
+    st.fixed_dictionaries({"expression": st.sampled_from(["1+2", "9**9**9", "1/0", "x"])}),
+    st.fixed_dictionaries({"value": st.text(max_size=5)}),
+    st.fixed_dictionaries(
+        {"status": st.sampled_from(["completed", "failed", "bogus"]), "summary": st.just("s")}
+    ),
+    st.dictionaries(st.sampled_from(["a", "b"]), st.integers(), max_size=2),
+)
+call = st.tuples(st.sampled_from(TOOL_NAMES), inputs)
+
+
+@st.composite
+def script_entry(draw: st.DrawFn) -> Any:
+    kind = draw(st.sampled_from(["text", "tools", "stop", "error", "empty"]))
+    if kind == "text":
+        return replies.text(draw(st.text(min_size=1, max_size=10)))
+    if kind == "tools":
+        return replies.tool_uses(*draw(st.lists(call, min_size=1, max_size=3)))
+    if kind == "stop":
+        reason = draw(st.sampled_from(STOP_REASONS))
+        body = draw(st.sampled_from([[replies.text_block("partial")], []]))
+        return replies.reply(*body, stop_reason=reason)
+    if kind == "error":
+        status = draw(st.sampled_from([400, 401, 404, 500, 529]))
+        return ModelError("scripted", status=status, context_exceeded=draw(st.booleans()))
+    return replies.reply(stop_reason="end_turn")
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(script=st.lists(script_entry(), max_size=12), limit=st.integers(1, 6))
+def test_any_script_ends_in_a_named_state_within_budget(script: list[Any], limit: int) -> None:
+    """Every run ends in a named end state, within max_iterations, with valid requests."""
+    model = ScriptedModel(script, validate=False)
+    agent = Agent(
+        model, tools=[calculate, explode, echo, finish], budget=Budget(max_iterations=limit)
+    )
+    result = agent.run("go")
+
+    assert result.end_state in END_STATES
+    assert result.end_state not in RESERVED_STATES
+    assert result.reason
+    assert result.iterations <= limit
+    assert len(model.requests) <= limit
+    for request in model.requests:
+        assert validate_request(request.to_api()) == []
+    path = result.path
+    assert path[0] == "perceive"
+    assert path[-1] == result.end_state
+    rows = {row.key for row in ROWS}
+    for step in result.trail:
+        assert step.key in rows
+    for before, after in zip(result.trail, result.trail[1:], strict=False):
+        assert before.dest == after.source
+
+
+@settings(max_examples=60, deadline=None)
+@given(calls=st.lists(call, min_size=1, max_size=4))
+def test_every_tool_use_is_answered_in_order(calls: list[tuple[str, dict[str, Any]]]) -> None:
+    """Whatever tools are called, the next message answers each tool_use, in call order."""
+    script = [replies.tool_uses(*calls), replies.text("done")]
+    model = ScriptedModel(script)
+    result = Agent(model, tools=[calculate, explode, echo, finish]).run("go")
+    asked = [b["id"] for b in result.messages[1]["content"] if b["type"] == "tool_use"]
+    answered = [b["tool_use_id"] for b in result.messages[2]["content"]]
+    assert answered == asked
+    assert all(isinstance(b.get("is_error", False), bool) for b in result.messages[2]["content"])
+    assert all(b["content"] for b in result.messages[2]["content"])
