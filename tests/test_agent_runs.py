@@ -179,20 +179,41 @@ class TestEndStates:
         assert result.details == {"error": "authentication_error", "status": 401,
                                   "request_id": "req_1"}  # fmt: skip
 
-    def test_prompt_too_long_is_context_overflow(self) -> None:
-        """The API's too-long answer ends in context_overflow, not failed."""
+    def test_prompt_too_long_is_compacted_once_then_overflows(self) -> None:
+        """The API's too-long answer triggers one compaction and retry, then context_overflow."""
         error = ModelError("prompt is too long: 210000 tokens > 200000 maximum", status=400,
                            context_exceeded=True)  # fmt: skip
-        result = agent_for([error]).run("q")
-        assert_end_state(result, "context_overflow")
+        model = ScriptedModel([error, error])
+        result = Agent(model, tools=[calculate]).run("q")
+        assert_path(result, ["perceive", "reason", "perceive", "reason", "context_overflow"])
         assert "210000 tokens" in result.reason
+        assert len(model.requests) == 2
+
+    def test_prompt_too_long_recovers_after_compaction(self) -> None:
+        """Old tool results are replaced by a placeholder and the retried call succeeds."""
+        error = ModelError("prompt is too long", status=400, context_exceeded=True)
+        script = [
+            replies.tool_use("calculate", {"expression": "1+1"}),
+            replies.tool_use("calculate", {"expression": "2+2"}),
+            error,
+            replies.text("4"),
+        ]
+        model = ScriptedModel(script)
+        result = Agent(model, tools=[calculate], stall=None).run("q")
+        assert_end_state(result, "completed")
+        retried = model.requests[-1].messages
+        first_result = retried[2]["content"][0]
+        assert first_result["content"].startswith("[Earlier tool result removed")
+        assert retried[4]["content"][0]["content"] == "4"
 
     def test_context_window_stop_reason(self) -> None:
-        """stop_reason model_context_window_exceeded ends in context_overflow."""
-        result = agent_for([replies.text("x", stop_reason="model_context_window_exceeded")]).run(
-            "q"
-        )
+        """stop_reason model_context_window_exceeded: compact and retry once, then overflow."""
+        full = replies.text("x", stop_reason="model_context_window_exceeded")
+        model = ScriptedModel([full, full])
+        result = Agent(model, tools=[calculate]).run("q")
         assert_end_state(result, "context_overflow")
+        assert len(model.requests) == 2
+        assert [m["role"] for m in model.requests[1].messages] == ["user"]
 
     def test_pause_turn_continues_the_same_message(self) -> None:
         """A paused turn is sent back and continued; the history keeps alternating roles."""

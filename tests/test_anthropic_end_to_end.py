@@ -122,9 +122,11 @@ class TestFatalErrors:
         assert "authentication_error" in result.reason
 
     def test_prompt_too_long_is_context_overflow(self, server: FakeAnthropicServer) -> None:
-        """The API's 'prompt is too long' 400 becomes context_overflow."""
-        server.add(FakeError(400, "prompt is too long: 201234 tokens > 200000 maximum"))
+        """The API's 'prompt is too long' 400 is retried once after compaction, then overflows."""
+        too_long = FakeError(400, "prompt is too long: 201234 tokens > 200000 maximum")
+        server.add(too_long, too_long)
         result = Agent(model_for(server)).run("q")
+        assert len(server.requests) == 2
         assert_end_state(result, "context_overflow")
         assert "201234 tokens" in result.reason
 
@@ -180,7 +182,14 @@ class TestSecrets:
 
 def test_budget_stops_a_runaway_model(server: FakeAnthropicServer) -> None:
     """Against the live SDK path too, the iteration limit stops a model that never ends."""
-    server.add(*[replies.tool_use("calculate", {"expression": "1+1"}) for _ in range(5)])
+    server.add(
+        replies.tool_use("calculate", {"expression": "1+1"}),
+        replies.tool_use("calculate", {"expression": "2+2"}),
+        replies.text("Computed 1+1 and 2+2; nothing else is left."),
+    )
     result = Agent(model_for(server), tools=[calculate], budget=Budget(max_iterations=2)).run("q")
     assert_end_state(result, "budget_exhausted")
-    assert len(server.requests) == 2
+    assert len(server.requests) == 3
+    assert server.requests[2]["tool_choice"] == {"type": "none"}
+    assert server.invalid_requests == []
+    assert result.text.startswith("Computed")

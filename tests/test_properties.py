@@ -85,7 +85,9 @@ def test_any_script_ends_in_a_named_state_within_budget(script: list[Any], limit
     assert result.end_state not in RESERVED_STATES
     assert result.reason
     assert result.iterations <= limit
-    assert len(model.requests) <= limit
+    # Failed calls are not billed; past the limit at most one (salvage) call is made.
+    failed_calls = sum(isinstance(e, ModelError) for e in script[: len(model.requests)])
+    assert len(model.requests) - failed_calls <= limit + 1
     for request in model.requests:
         assert validate_request(request.to_api()) == []
     path = result.path
@@ -106,7 +108,10 @@ def test_every_tool_use_is_answered_in_order(calls: list[tuple[str, dict[str, An
     model = ScriptedModel(script)
     result = Agent(model, tools=[calculate, explode, echo, finish]).run("go")
     asked = [b["id"] for b in result.messages[1]["content"] if b["type"] == "tool_use"]
-    answered = [b["tool_use_id"] for b in result.messages[2]["content"]]
-    assert answered == asked
-    assert all(isinstance(b.get("is_error", False), bool) for b in result.messages[2]["content"])
-    assert all(b["content"] for b in result.messages[2]["content"])
+    blocks = result.messages[2]["content"]
+    kinds = [b["type"] for b in blocks]
+    assert kinds == sorted(kinds, key=lambda k: k != "tool_result"), "tool_result blocks first"
+    answers = [b for b in blocks if b["type"] == "tool_result"]
+    assert [b["tool_use_id"] for b in answers] == asked
+    assert all(isinstance(b.get("is_error", False), bool) for b in answers)
+    assert all(b["content"] for b in answers)

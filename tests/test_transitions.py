@@ -9,6 +9,7 @@ fails `test_every_row_has_an_arrangement`, so the table cannot grow untested.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 import pytest
 
@@ -18,6 +19,7 @@ from statemachine_agent.effects.base import InProcessEffects
 from statemachine_agent.machine.context import AgentDeps, RunContext
 from statemachine_agent.machine.engine import Engine
 from statemachine_agent.machine.run import RunError, RunRecord
+from statemachine_agent.machine.settings import RunSettings
 from statemachine_agent.machine.table import ROWS, Row
 from statemachine_agent.models.base import ModelReply
 from statemachine_agent.models.scripted import ScriptedModel
@@ -68,6 +70,48 @@ def _finish(run: RunRecord) -> None:
     run.finish = {"status": "completed", "summary": "done", "result": 42}
 
 
+def _with(*arrangements: Arrange, **settings: object) -> Arrange:
+    """Combine arrangements, after switching on the settings the guards read."""
+
+    def arrange(run: RunRecord) -> None:
+        run.settings = replace(run.settings, **settings)  # type: ignore[arg-type]
+        for step in arrangements:
+            step(run)
+
+    return arrange
+
+
+def _retried(run: RunRecord) -> None:
+    run.overflow_retried = True
+
+
+def _fatal(run: RunRecord) -> None:
+    run.fatal_tool = "deploy"
+
+
+def _stalled(interventions: int) -> Arrange:
+    def arrange(run: RunRecord) -> None:
+        run.stall = {"pattern": "repeat", "tool": "search", "count": 3, "detail": "d"}
+        run.interventions = interventions
+
+    return arrange
+
+
+def _at_iteration(n: int) -> Arrange:
+    def arrange(run: RunRecord) -> None:
+        run.iteration = n
+
+    return arrange
+
+
+def _verdict(ok: bool, rejections: int = 0) -> Arrange:
+    def arrange(run: RunRecord) -> None:
+        run.verdict = {"ok": ok, "feedback": "" if ok else "tests fail"}
+        run.rejections = rejections
+
+    return arrange
+
+
 ARRANGEMENTS: dict[tuple[str, str, str, tuple[str, ...]], Arrange] = {
     ("perceive", "prepared", "cancelled", ("cancel_requested",)): _cancel,
     ("perceive", "prepared", "budget_exhausted", ("budget_exceeded",)): _spent,
@@ -77,7 +121,13 @@ ARRANGEMENTS: dict[tuple[str, str, str, tuple[str, ...]], Arrange] = {
     ("reason", "replied", "failed", ("is_empty_reply",)): _last(
         replies.reply(stop_reason="end_turn")
     ),
+    ("reason", "replied", "verify", ("is_end_turn", "verifier_configured")): _with(
+        _last(replies.text("hi")), has_verifier=True
+    ),
     ("reason", "replied", "completed", ("is_end_turn",)): _last(replies.text("hi")),
+    ("reason", "replied", "perceive", ("is_max_tokens", "can_continue")): _with(
+        _last(replies.text("cut", stop_reason="max_tokens")), max_continuations=1
+    ),
     ("reason", "replied", "truncated", ("is_max_tokens",)): _last(
         replies.text("cut", stop_reason="max_tokens")
     ),
@@ -85,29 +135,58 @@ ARRANGEMENTS: dict[tuple[str, str, str, tuple[str, ...]], Arrange] = {
     ("reason", "replied", "perceive", ("is_pause_turn",)): _last(
         replies.reply(stop_reason="pause_turn")
     ),
-    ("reason", "replied", "context_overflow", ("is_context_exceeded",)): _last(
+    ("reason", "replied", "perceive", ("is_context_exceeded", "can_compact")): _last(
         replies.text("x", stop_reason="model_context_window_exceeded")
+    ),
+    ("reason", "replied", "context_overflow", ("is_context_exceeded",)): _with(
+        _last(replies.text("x", stop_reason="model_context_window_exceeded")), _retried
     ),
     ("reason", "replied", "failed", ()): _last(replies.text("x", stop_reason="brand_new")),
     ("reason", "model_failed", "cancelled", ("cancel_requested",)): _cancel,
-    ("reason", "model_failed", "context_overflow", ("is_context_error",)): _error(True),
+    ("reason", "model_failed", "perceive", ("is_context_error", "can_compact")): _error(True),
+    ("reason", "model_failed", "context_overflow", ("is_context_error",)): _with(
+        _error(True), _retried
+    ),
     ("reason", "model_failed", "failed", ()): _error(False),
     ("act", "tools_done", "cancelled", ("cancel_requested",)): _cancel,
+    ("act", "tools_done", "failed", ("tool_failed_fatally",)): _fatal,
     ("act", "tools_done", "observe", ()): _nothing,
     ("observe", "observed", "cancelled", ("cancel_requested",)): _cancel,
+    ("observe", "observed", "verify", ("finish_claims_success", "verifier_configured")): _with(
+        _finish, has_verifier=True
+    ),
     ("observe", "observed", "finished", ("finish_called",)): _finish,
+    ("observe", "observed", "stalled", ("stall_persists",)): _stalled(2),
+    ("observe", "observed", "intervene", ("stall_detected",)): _stalled(0),
+    ("observe", "observed", "reflect", ("reflection_due",)): _with(
+        _at_iteration(2), reflection_interval=2
+    ),
     ("observe", "observed", "perceive", ()): _nothing,
+    ("intervene", "intervened", "cancelled", ("cancel_requested",)): _cancel,
+    ("intervene", "intervened", "perceive", ()): _nothing,
+    ("reflect", "reflected", "cancelled", ("cancel_requested",)): _cancel,
+    ("reflect", "reflected", "perceive", ()): _nothing,
+    ("verify", "verified", "cancelled", ("cancel_requested",)): _cancel,
+    ("verify", "verified", "finished", ("verdict_passed", "finish_called")): _with(
+        _verdict(True), _finish
+    ),
+    ("verify", "verified", "completed", ("verdict_passed",)): _verdict(True),
+    ("verify", "verified", "failed", ("rejections_exhausted",)): _verdict(False, rejections=3),
+    ("verify", "verified", "perceive", ()): _verdict(False, rejections=1),
     ("perceive", "crashed", "failed", ()): _nothing,
     ("reason", "crashed", "failed", ()): _nothing,
     ("act", "crashed", "failed", ()): _nothing,
     ("observe", "crashed", "failed", ()): _nothing,
+    ("intervene", "crashed", "failed", ()): _nothing,
+    ("reflect", "crashed", "failed", ()): _nothing,
+    ("verify", "crashed", "failed", ()): _nothing,
 }
 
 
 def make_context(state: str) -> RunContext:
     record = RunRecord(
         run_id="run_test",
-        budget=Budget(max_iterations=3),
+        settings=RunSettings(budget=Budget(max_iterations=3)),
         model_name="claude-sonnet-5",
         state=state,
         messages=[{"role": "user", "content": "hi"}],

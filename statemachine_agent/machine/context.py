@@ -7,7 +7,7 @@ lets a run be stored and resumed with fresh services.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,7 +15,9 @@ from statemachine_agent.audit.events import Emitter
 from statemachine_agent.effects.base import Effects
 from statemachine_agent.machine.run import RunRecord
 from statemachine_agent.models.base import Model, ModelRequest
+from statemachine_agent.policy.context import ContextPolicy
 from statemachine_agent.policy.pricing import PriceTable
+from statemachine_agent.policy.verify import Claim, Verdict
 from statemachine_agent.tools.registry import ToolRegistry
 
 
@@ -32,6 +34,11 @@ class AgentDeps:
     cache_prompt: bool = True
     """Mark the system prompt with `cache_control` so later iterations read it from cache."""
     request_options: Mapping[str, Any] = field(default_factory=dict)
+    context: ContextPolicy = field(default_factory=ContextPolicy)
+    fallback_models: Sequence[Model] = ()
+    """Tried in order when the model is overloaded or rate-limited after the SDK's retries."""
+    critic: Model | None = None
+    verifier: Callable[[Claim], Verdict | Awaitable[Verdict]] | None = None
 
 
 @dataclass(slots=True)

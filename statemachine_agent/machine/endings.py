@@ -13,6 +13,7 @@ from typing import Any
 
 from statemachine_agent.machine.context import RunContext
 from statemachine_agent.machine.guards import KNOWN_STOP_REASONS, budget_reason
+from statemachine_agent.machine.salvage import salvage
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,10 +35,14 @@ def _last_text(ctx: RunContext) -> str:
 
 
 async def completed(ctx: RunContext) -> Ending:
-    """The model's final text is the answer."""
-    reply = ctx.state.last_reply
+    """The model's final text is the answer (with any continued, cut-off parts before it)."""
+    run = ctx.state
+    reply = run.last_reply
     stop = reply.stop_reason if reply else "end_turn"
-    return Ending(_last_text(ctx), f"the model ended its turn ({stop})")
+    reason = f"the model ended its turn ({stop})"
+    if run.verdict is not None:
+        reason += " and the verifier accepted the answer"
+    return Ending(run.partial_text + _last_text(ctx), reason)
 
 
 async def finished(ctx: RunContext) -> Ending:
@@ -45,13 +50,36 @@ async def finished(ctx: RunContext) -> Ending:
     data = dict(ctx.state.finish or {})
     status = data.get("status", "completed")
     summary = str(data.get("summary") or "")
-    return Ending(summary, f"the model called finish with status {status!r}", data=data)
+    reason = f"the model called finish with status {status!r}"
+    if ctx.state.verdict is not None:
+        reason += " and the verifier accepted the result"
+    return Ending(summary, reason, data=data)
 
 
 async def budget_exhausted(ctx: RunContext) -> Ending:
-    """Name the limit and its figures; keep whatever text the model last gave."""
+    """Name the limit and its figures, then salvage a summary of what was found."""
     why = budget_reason(ctx.state) or "a budget limit was reached"
-    return Ending(_last_text(ctx), f"budget exhausted: {why}")
+    reason = f"budget exhausted: {why}"
+    if not ctx.state.budget.salvage:
+        return Ending(_last_text(ctx), reason)
+    summary, details = await salvage(ctx, f"the budget is exhausted ({why})")
+    return Ending(summary, reason, details=details)
+
+
+async def stalled(ctx: RunContext) -> Ending:
+    """Name the repeated pattern; salvage a summary when the stall policy asks for it."""
+    run = ctx.state
+    finding = run.stall or {}
+    reason = (
+        f"stalled: {finding.get('detail', 'the model kept repeating itself')} "
+        f"(pattern {finding.get('pattern')}, after {run.interventions} interventions)"
+    )
+    details: dict[str, Any] = {"stall": dict(finding), "interventions": run.interventions}
+    policy = run.settings.stall
+    if policy is None or not policy.salvage:
+        return Ending(_last_text(ctx), reason, details=details)
+    summary, extra = await salvage(ctx, "the run is stalled, repeating the same steps")
+    return Ending(summary, reason, details={**details, **extra})
 
 
 async def truncated(ctx: RunContext) -> Ending:
@@ -106,6 +134,20 @@ async def failed(ctx: RunContext) -> Ending:
             f"failed: {err.describe()}",
             details={"error": err.kind, "status": err.status, "request_id": err.request_id},
         )
+    if run.fatal_tool is not None:
+        detail = run.notes.get("fatal_tool_error", "")
+        return Ending(
+            "",
+            f"failed: tool {run.fatal_tool!r} failed and is configured to end the run: {detail}",
+            details={"tool": run.fatal_tool, "error": detail},
+        )
+    if run.verdict is not None and not run.verdict.get("ok"):
+        feedback = run.verdict.get("feedback") or "no reason given"
+        return Ending(
+            "",
+            f"failed: the verifier rejected the result {run.rejections} times; last: {feedback}",
+            details={"verdict": dict(run.verdict), "rejections": run.rejections},
+        )
     reply = run.last_reply
     if reply is None:
         return Ending("", "failed before any model reply")
@@ -135,7 +177,7 @@ ENDINGS: Mapping[str, Handler] = {
     "completed": completed,
     "finished": finished,
     "budget_exhausted": budget_exhausted,
-    "stalled": _reserved,
+    "stalled": stalled,
     "truncated": truncated,
     "refused": refused,
     "context_overflow": context_overflow,

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from transitions import Machine, State
 
+from statemachine_agent.context.notices import close_pending
 from statemachine_agent.machine.context import RunContext
 from statemachine_agent.machine.endings import ENDINGS, Ending
 from statemachine_agent.machine.guards import GUARDS, Guard
@@ -24,9 +25,15 @@ from statemachine_agent.machine.result import RunResult
 from statemachine_agent.machine.run import RunError, RunRecord, TransitionRecord
 from statemachine_agent.machine.table import END_STATES, ROWS, STATES, Row
 from statemachine_agent.phases.act import Act
+from statemachine_agent.phases.intervene import Intervene
 from statemachine_agent.phases.observe import Observe
 from statemachine_agent.phases.perceive import Perceive
 from statemachine_agent.phases.reason import Reason
+from statemachine_agent.phases.reflect import Reflect
+from statemachine_agent.phases.verify import Verify
+
+KEEPS_PENDING_CALLS = frozenset({"awaiting_approval"})
+"""End states whose unanswered tool calls are meant to be answered later."""
 
 
 class MachineDefinitionError(RuntimeError):
@@ -42,6 +49,9 @@ PHASES: Mapping[str, Phase] = {
     "reason": Reason(),
     "act": Act(),
     "observe": Observe(),
+    "intervene": Intervene(),
+    "reflect": Reflect(),
+    "verify": Verify(),
 }
 
 
@@ -169,6 +179,10 @@ class Engine:
     async def _end(self, ctx: RunContext) -> RunResult:
         run = ctx.state
         handler = ENDINGS[run.state]
+        if run.state not in KEEPS_PENDING_CALLS:
+            closed = close_pending(run.messages, f"the run ended ({run.state})")
+            if closed:
+                ctx.emitter.emit("tool.skipped", count=closed, end_state=run.state)
         try:
             ending = await handler(ctx)
         except Exception as exc:

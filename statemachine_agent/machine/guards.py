@@ -47,6 +47,7 @@ def budget_reason(run: RunRecord) -> str | None:
         cost_usd=run.cost_usd,
         total_tokens=run.usage.total_tokens,
         elapsed_s=run.elapsed_s,
+        blocked_calls=run.blocked_calls,
     )
 
 
@@ -97,6 +98,75 @@ def finish_called(run: RunRecord) -> bool:
     return run.finish is not None
 
 
+def finish_claims_success(run: RunRecord) -> bool:
+    """finish was called with status 'completed' (other statuses are not claims to verify)."""
+    return run.finish is not None and run.finish.get("status", "completed") == "completed"
+
+
+def verifier_configured(run: RunRecord) -> bool:
+    return run.settings.has_verifier
+
+
+def verdict_passed(run: RunRecord) -> bool:
+    return run.verdict is not None and bool(run.verdict.get("ok"))
+
+
+def rejections_exhausted(run: RunRecord) -> bool:
+    """The verifier has rejected more claims than the run allows."""
+    return run.rejections > run.settings.max_rejections
+
+
+def can_continue(run: RunRecord) -> bool:
+    """A text-only reply cut at max_tokens may be continued (a cut tool call never is)."""
+    reply = run.last_reply
+    return (
+        reply is not None
+        and not reply.tool_uses
+        and run.continuations < run.settings.max_continuations
+    )
+
+
+def can_compact(run: RunRecord) -> bool:
+    """One compaction-and-retry is allowed per run when the context overflows."""
+    return run.settings.context.retry_on_overflow and not run.overflow_retried
+
+
+def tool_failed_fatally(run: RunRecord) -> bool:
+    """A tool configured to fail the run (on_error='fail') failed."""
+    return run.fatal_tool is not None
+
+
+def stall_detected(run: RunRecord) -> bool:
+    """The model repeats itself and may still be told so."""
+    policy = run.settings.stall
+    return (
+        run.stall is not None
+        and policy is not None
+        and run.interventions < policy.max_interventions
+    )
+
+
+def stall_persists(run: RunRecord) -> bool:
+    """The model kept repeating itself after every allowed intervention."""
+    policy = run.settings.stall
+    return (
+        run.stall is not None
+        and policy is not None
+        and run.interventions >= policy.max_interventions
+    )
+
+
+def reflection_due(run: RunRecord) -> bool:
+    """Every N iterations the run reviews its progress (once per iteration count)."""
+    interval = run.settings.reflection_interval
+    return (
+        interval is not None
+        and run.iteration > 0
+        and run.iteration % interval == 0
+        and run.last_reflection != run.iteration
+    )
+
+
 GUARDS: Mapping[str, Guard] = {
     guard.__name__: guard
     for guard in (
@@ -111,6 +181,16 @@ GUARDS: Mapping[str, Guard] = {
         is_context_exceeded,
         is_context_error,
         finish_called,
+        finish_claims_success,
+        verifier_configured,
+        verdict_passed,
+        rejections_exhausted,
+        can_continue,
+        can_compact,
+        tool_failed_fatally,
+        stall_detected,
+        stall_persists,
+        reflection_due,
     )
 }
 """The guards the table may name, by name."""

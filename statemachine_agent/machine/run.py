@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from statemachine_agent.machine.settings import RunSettings
 from statemachine_agent.models.base import JSON, ModelReply, Usage
 from statemachine_agent.policy.budget import Budget
 from statemachine_agent.tools.base import ToolCall, ToolOutcome
@@ -79,7 +80,7 @@ class RunRecord:
     """The mutable state of one run; `state` is the machine's current state."""
 
     run_id: str
-    budget: Budget
+    settings: RunSettings
     model_name: str
     state: str = "perceive"
     messages: list[JSON] = field(default_factory=list)
@@ -104,7 +105,31 @@ class RunRecord:
     finish: JSON | None = None
     """The input of a successful `finish` call, when the model made one."""
     cancel_requested: bool = False
+    blocked_calls: int = 0
+    """Calls refused because their tool reached its per-tool limit."""
+    fatal_tool: str | None = None
+    """A tool configured to fail the run failed; the run ends in `failed` naming it."""
+    stall_state: dict[str, Any] = field(default_factory=dict)
+    """The stall detector's observations (plain data, see `StallDetector.to_state`)."""
+    stall: dict[str, Any] | None = None
+    """The current stall finding, if the last observation showed one."""
+    interventions: int = 0
+    last_reflection: int = 0
+    """The iteration at which the run last reflected."""
+    claim: str | None = None
+    """How the model claimed completion (`end_turn` or `finish`) while it is verified."""
+    verdict: dict[str, Any] | None = None
+    rejections: int = 0
+    continuations: int = 0
+    partial_text: str = ""
+    """Text of replies cut at max_tokens and continued, to prefix the final answer."""
+    overflow_retried: bool = False
+    compactions: int = 0
     trail: list[TransitionRecord] = field(default_factory=list)
     audit_path: Path | None = None
     notes: dict[str, Any] = field(default_factory=dict)
     """Free-form facts end-state handlers want to report (e.g. salvage usage)."""
+
+    @property
+    def budget(self) -> Budget:
+        return self.settings.budget

@@ -6,7 +6,8 @@ The `transitions` machine, the diagrams under `diagrams/`, the state reference i
 Reading it: a phase finishes and names a trigger; of the rows with that source
 and trigger, the first whose guards all pass fires. Guarded rows therefore sit
 above their fallback, and the order within a group is part of the contract:
-cancellation first, then the budget, then the model's stop_reason, then finishing.
+cancellation first, then the budget, then the model's stop_reason, then finishing,
+then the stall detector, then the reflection interval.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from dataclasses import dataclass
 WORKING_STATES: tuple[str, ...] = ("perceive", "reason", "act", "observe")
 """The four phases of the loop."""
 
-HELPER_STATES: tuple[str, ...] = ("reflect", "intervene", "verify")
-"""Working states a configured feature routes through (reserved until wired)."""
+HELPER_STATES: tuple[str, ...] = ("intervene", "reflect", "verify")
+"""Working states a configured feature routes through."""
 
 END_STATES: tuple[str, ...] = (
     "completed",
@@ -37,10 +38,6 @@ STATES: tuple[str, ...] = WORKING_STATES + HELPER_STATES + END_STATES
 INITIAL_STATE = "perceive"
 
 RESERVED_STATES: dict[str, str] = {
-    "reflect": "reflection interval and critic model (loop guards issue)",
-    "intervene": "stall intervention message (loop guards issue)",
-    "verify": "verifier of claimed completions (loop guards issue)",
-    "stalled": "stall detector persisting after interventions (loop guards issue)",
     "awaiting_approval": "tools that need human approval (durable runs issue)",
 }
 """States declared for the contract but not yet reachable, with the reason."""
@@ -74,7 +71,7 @@ ROWS: tuple[Row, ...] = (
     Row("perceive", "prepared", "cancelled", ("cancel_requested",),
         "The host asked to cancel; no further model call."),
     Row("perceive", "prepared", "budget_exhausted", ("budget_exceeded",),
-        "A limit (iterations, cost, tokens, time) is reached before the next call."),
+        "A limit (iterations, cost, tokens, time, refused tool calls) is reached."),
     Row("perceive", "prepared", "reason", (),
         "The request is ready and the budget allows one more model call."),
     # reason: one model call came back (or failed); its stop_reason decides.
@@ -84,40 +81,77 @@ ROWS: tuple[Row, ...] = (
         "The model asked for tools."),
     Row("reason", "replied", "failed", ("is_empty_reply",),
         "The reply had neither text nor tool calls."),
+    Row("reason", "replied", "verify", ("is_end_turn", "verifier_configured"),
+        "The model claims it is done; the verifier checks the claim first."),
     Row("reason", "replied", "completed", ("is_end_turn",),
         "The model ended its turn (end_turn or stop_sequence) without tool calls."),
+    Row("reason", "replied", "perceive", ("is_max_tokens", "can_continue"),
+        "A text reply hit max_tokens; ask the model to continue where it stopped."),
     Row("reason", "replied", "truncated", ("is_max_tokens",),
         "The output hit max_tokens; a cut-off tool call is never run."),
     Row("reason", "replied", "refused", ("is_refusal",),
         "The model refused; the API's stop details are kept."),
     Row("reason", "replied", "perceive", ("is_pause_turn",),
         "A server tool paused the turn; send the reply back to let it continue."),
+    Row("reason", "replied", "perceive", ("is_context_exceeded", "can_compact"),
+        "The context window filled up; compact old tool results once and retry."),
     Row("reason", "replied", "context_overflow", ("is_context_exceeded",),
-        "The model's context window was exceeded."),
+        "The context window was exceeded even after compaction."),
     Row("reason", "replied", "failed", (),
         "Any other stop_reason is unknown to the engine: stop rather than guess."),
     Row("reason", "model_failed", "cancelled", ("cancel_requested",),
         "The in-flight model call was cancelled by the host."),
+    Row("reason", "model_failed", "perceive", ("is_context_error", "can_compact"),
+        "The API rejected the prompt as too long; compact once and retry."),
     Row("reason", "model_failed", "context_overflow", ("is_context_error",),
-        "The API rejected the prompt as too long."),
+        "The prompt is still too long after compaction."),
     Row("reason", "model_failed", "failed", (),
-        "The API call failed for good (4xx, or retries exhausted)."),
+        "The API call failed for good (4xx, or retries and fallbacks exhausted)."),
     # act: every tool call of the reply has an outcome.
     Row("act", "tools_done", "cancelled", ("cancel_requested",),
         "Cancelled while tools ran; their outcomes are kept."),
+    Row("act", "tools_done", "failed", ("tool_failed_fatally",),
+        "A tool configured with on_error='fail' failed."),
     Row("act", "tools_done", "observe", (),
         "Every tool call has an outcome (errors included)."),
     # observe: the results are in the history; continue or stop.
     Row("observe", "observed", "cancelled", ("cancel_requested",),
         "Cancelled after the tool results were recorded."),
+    Row("observe", "observed", "verify", ("finish_claims_success", "verifier_configured"),
+        "finish(status='completed') is a claim; the verifier checks it first."),
     Row("observe", "observed", "finished", ("finish_called",),
         "The model called the finish tool; its input is the structured result."),
+    Row("observe", "observed", "stalled", ("stall_persists",),
+        "Still repeating itself after the allowed interventions."),
+    Row("observe", "observed", "intervene", ("stall_detected",),
+        "The model repeats itself; tell it so before going on."),
+    Row("observe", "observed", "reflect", ("reflection_due",),
+        "The reflection interval came round; review progress before going on."),
     Row("observe", "observed", "perceive", (),
         "Go round again with the tool results in the history."),
+    # helper states: each adds a message for the model, then the loop goes on.
+    Row("intervene", "intervened", "cancelled", ("cancel_requested",),
+        "Cancelled during the intervention."),
+    Row("intervene", "intervened", "perceive", (),
+        "The intervention (tool, pattern, count) is in the history."),
+    Row("reflect", "reflected", "cancelled", ("cancel_requested",),
+        "Cancelled during reflection."),
+    Row("reflect", "reflected", "perceive", (),
+        "The progress check or the critic's critique is in the history."),
+    Row("verify", "verified", "cancelled", ("cancel_requested",),
+        "Cancelled during verification."),
+    Row("verify", "verified", "finished", ("verdict_passed", "finish_called"),
+        "The verifier accepted the finish tool's result."),
+    Row("verify", "verified", "completed", ("verdict_passed",),
+        "The verifier accepted the final answer."),
+    Row("verify", "verified", "failed", ("rejections_exhausted",),
+        "The verifier rejected the claim too often; the last feedback is the reason."),
+    Row("verify", "verified", "perceive", (),
+        "The verifier rejected the claim; its feedback goes back to the model."),
     # A defect in a phase (a bug, not a model or tool failure) still ends by name.
     *(
         Row(state, "crashed", "failed", (), "An unexpected error inside the phase.")
-        for state in WORKING_STATES
+        for state in WORKING_STATES + HELPER_STATES
     ),
 )  # fmt: skip
 

@@ -90,6 +90,18 @@ class AnthropicModel:
             raise to_model_error(exc) from exc
         return ModelReply.from_api(body, request_id=raw.request_id)
 
+    async def acount_tokens(self, request: ModelRequest) -> int:
+        """The API's own count of the request's input tokens."""
+        body = request.to_api()
+        params = {
+            k: body[k] for k in ("model", "messages", "system", "tools", "tool_choice") if k in body
+        }
+        try:
+            counted = await cast(Any, self.async_client.messages).count_tokens(**params)
+        except anthropic.AnthropicError as exc:
+            raise to_model_error(exc) from exc
+        return int(counted.input_tokens)
+
 
 def to_model_error(exc: anthropic.AnthropicError) -> ModelError:
     """Classify an SDK error: what failed, whether it may pass, whether it is a long prompt."""

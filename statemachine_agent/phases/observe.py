@@ -1,4 +1,4 @@
-"""Observe: put the tool results where the model will see them.
+"""Observe: put the tool results where the model will see them, and watch for stalls.
 
 All results of one reply go into ONE user message, tool_result blocks first and
 in the order of the calls: the API requires every tool_use to be answered in the
@@ -8,10 +8,11 @@ very next message, and the model reads results best in the order it asked.
 from __future__ import annotations
 
 from statemachine_agent.machine.context import RunContext
+from statemachine_agent.policy.stall import StallDetector
 
 
 class Observe:
-    """Appends the results; names `observed` and lets the guards choose the way on."""
+    """Appends the results, records them for the stall detector, names `observed`."""
 
     trigger = "observed"
 
@@ -21,6 +22,16 @@ class Observe:
             run.messages.append(
                 {"role": "user", "content": [outcome.to_block() for outcome in run.outcomes]}
             )
+        policy = run.settings.stall
+        if policy is not None and run.outcomes:
+            detector = StallDetector.from_state(policy, run.stall_state)
+            for call, outcome in zip(run.pending_calls, run.outcomes, strict=True):
+                detector.record(call.name, call.input, outcome.content, is_error=outcome.is_error)
+            run.stall_state = detector.to_state()
+            finding = detector.is_stalled()
+            run.stall = finding.to_dict() if finding else None
+            if finding is not None:
+                ctx.emitter.emit("stall.detected", iteration=run.iteration, **finding.to_dict())
         run.pending_calls = []
         run.outcomes = []
         return self.trigger

@@ -7,9 +7,11 @@ API unchanged. Usage is charged here, the moment it is known.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from statemachine_agent.machine.context import RunContext
 from statemachine_agent.machine.run import RunError
-from statemachine_agent.models.base import JSON, ModelError, ModelReply
+from statemachine_agent.models.base import JSON, ModelError, ModelReply, ModelRequest
 from statemachine_agent.tools.base import ToolCall
 
 
@@ -17,7 +19,7 @@ class Reason:
     """Calls the model once; names `replied` or `model_failed`."""
 
     async def run(self, ctx: RunContext) -> str:
-        run, deps = ctx.state, ctx.deps
+        run, _deps = ctx.state, ctx.deps
         request = ctx.request
         if request is None:
             raise RuntimeError("reason entered without a request from perceive")
@@ -30,7 +32,7 @@ class Reason:
             max_tokens=request.max_tokens,
         )
         try:
-            reply = await deps.effects.call_model(deps.model, request)
+            reply = await call_with_fallbacks(ctx, request)
         except ModelError as exc:
             run.error = RunError(
                 kind=exc.error_type or "ModelError",
@@ -70,13 +72,46 @@ class Reason:
         return "replied"
 
 
+async def call_with_fallbacks(ctx: RunContext, request: ModelRequest) -> ModelReply:
+    """Call the model; on overload or rate limit, try each fallback model in turn.
+
+    The SDK has already retried the primary model; fallbacks are for when it stays
+    unavailable. Fatal errors (400, 401, 403, 404) never fall back: another model
+    would reject the same request for the same reason.
+    """
+    deps = ctx.deps
+    try:
+        return await deps.effects.call_model(deps.model, request)
+    except ModelError as exc:
+        error = exc
+    for fallback in deps.fallback_models:
+        if not error.retryable:
+            break
+        ctx.emitter.emit(
+            "model.fallback",
+            iteration=ctx.state.iteration + 1,
+            failed_model=request.model,
+            error=error.describe(),
+            model=fallback.name,
+        )
+        request = replace(request, model=fallback.name)
+        try:
+            return await deps.effects.call_model(fallback, request)
+        except ModelError as exc:
+            error = exc
+    raise error
+
+
 def append_reply(messages: list[JSON], reply: ModelReply) -> None:
     """Add the reply to the history; a continued (paused) turn extends its own message.
 
     After `pause_turn` the paused assistant message is sent back as the last
     message and the model continues it, so the continuation belongs to that same
     message: appending a second assistant message would break role alternation.
+    A reply with no content at all is not added: the API rejects empty messages.
     """
+    if not reply.content:
+        return
     if messages and messages[-1].get("role") == "assistant":
         previous = messages[-1]
         content = previous.get("content")
@@ -88,9 +123,16 @@ def append_reply(messages: list[JSON], reply: ModelReply) -> None:
     messages.append(reply.to_message())
 
 
-def charge(ctx: RunContext, reply: ModelReply) -> None:
-    """Count one model call against the run: an iteration, its tokens and their price."""
+def charge(ctx: RunContext, reply: ModelReply, *, iteration: bool = True) -> float:
+    """Count a model call against the run: its tokens and their price (and an iteration,
+    for calls of the loop itself; a critic's or a salvage call costs but is not a step).
+    """
     run = ctx.state
-    run.iteration += 1
+    if iteration:
+        run.iteration += 1
+    prices = ctx.deps.prices
+    name = reply.model if reply.model and prices.get(reply.model) else ctx.deps.model.name
+    cost = prices.cost(name, reply.usage)
     run.usage = run.usage + reply.usage
-    run.cost_usd += ctx.deps.prices.cost(reply.model or ctx.deps.model.name, reply.usage)
+    run.cost_usd += cost
+    return cost

@@ -2,26 +2,42 @@
 
 A tool never raises into the loop: whatever happens, its call ends as a
 `ToolOutcome`, and whether it failed is said by `is_error` (and why, by
-`error_kind`), never guessed from the text.
+`error_kind`), never guessed from the text. What a failure *means* for the run
+is the tool's own policy (`Tool.on_error`): most failures are news for the
+model, some are fatal, and some are worth trying again first.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 JSON = dict[str, Any]
 
 ErrorKind = Literal["unknown_tool", "invalid_input", "raised", "timeout", "limit", "not_run"]
 
+OnError = Literal["return", "fail", "retry"]
+"""What a tool's failure (it raised, or timed out) does; see `Tool.on_error`."""
+
 DEFAULT_TOOL_TIMEOUT = 30.0
 """Seconds a tool may run before its call is answered with a timeout error."""
+
+DEFAULT_RETRY_ON: tuple[type[BaseException], ...] = (TimeoutError, ConnectionError)
+"""Exceptions that usually mean "try again later" rather than "this cannot work"."""
 
 
 @dataclass(frozen=True, slots=True)
 class Tool:
-    """What the model is shown and what runs, declared in one place."""
+    """What the model is shown and what runs, declared in one place.
+
+    The defaults keep a tool's failures as plain news for the model; the
+    policy fields say otherwise for the tools where that is wrong. Only a
+    *failure* of the tool (its handler raised, or it timed out) follows the
+    policy: an unknown tool name or an input that does not fit the schema is
+    the model's mistake, and always goes back to the model to fix.
+    """
 
     name: str
     description: str
@@ -33,6 +49,74 @@ class Tool:
     """Run alone, after the concurrent calls of the same reply (e.g. a DB write)."""
     ends_run: bool = False
     """A successful call ends the run in `finished` (the `finish` tool)."""
+    on_error: OnError = "return"
+    """What a failure does, since only the tool's author knows what its failures mean:
+
+    - `"return"`: the error goes back to the model, which can try another way
+      or explain the problem (flexible, but the loop runs longer).
+    - `"fail"`: the outcome is still an error, marked `fatal`, so the engine
+      ends the run in `failed` naming the tool. For failures no rewording by
+      the model can fix (missing permission, an internal bug). A `ToolError`
+      is the author's own message *to the model*, so it is never fatal.
+    - `"retry"`: transient failures (see `retry_on`) are tried again with
+      exponential backoff before the error goes back to the model.
+    """
+    retries: int = 2
+    """With `on_error="retry"`: extra attempts after the first, so at most `retries + 1`."""
+    retry_backoff: float = 0.5
+    """With `on_error="retry"`: seconds before the first retry, doubling before each next one."""
+    retry_on: tuple[type[BaseException], ...] = DEFAULT_RETRY_ON
+    """With `on_error="retry"`: exception types worth retrying (instances of them are).
+
+    The registry's own timeout always counts as transient; anything else (a
+    `ValueError`, a `ToolError`) would fail the same way again and is not
+    retried. Each attempt gets the full `timeout`, and a timed-out sync
+    handler's thread keeps running, so a retried hang can pile up threads.
+    """
+    side_effect: bool = False
+    """The tool changes the world (sends, writes, pays). Only recorded for now, so
+    declarations can already say it; not yet acted upon (e.g. not checked before
+    retrying, which repeats the side effect)."""
+    requires_approval: bool = False
+    """A human should approve each call before it runs. Only recorded for now; not
+    yet enforced: the call runs without asking."""
+    untrusted: bool = False
+    """The tool returns outside content (web pages, e-mails, scraped text).
+
+    Such text is the main route for prompt injection ("ignore your previous
+    instructions..."), so a successful result is wrapped in delimiters with a
+    note that it is data, not instructions. Error results are the registry's
+    own words and stay unwrapped.
+    """
+
+    def __post_init__(self) -> None:
+        """Reject a policy that cannot work now, rather than at its first failure mid-run."""
+        if self.on_error not in get_args(OnError):
+            choices = ", ".join(repr(choice) for choice in get_args(OnError))
+            raise ValueError(
+                f"Tool {self.name!r}: on_error must be one of {choices}, got {self.on_error!r}"
+            )
+        if isinstance(self.retries, bool) or not isinstance(self.retries, int):
+            raise TypeError(f"Tool {self.name!r}: retries must be an int, got {self.retries!r}")
+        if self.retries < 0:
+            raise ValueError(f"Tool {self.name!r}: retries must be >= 0, got {self.retries}")
+        backoff: object = self.retry_backoff
+        if isinstance(backoff, bool) or not isinstance(backoff, int | float):
+            raise TypeError(
+                f"Tool {self.name!r}: retry_backoff must be a number, got {self.retry_backoff!r}"
+            )
+        if not (backoff >= 0 and math.isfinite(backoff)):
+            raise ValueError(
+                f"Tool {self.name!r}: retry_backoff must be a finite number >= 0, got {backoff!r}"
+            )
+        retry_on: object = self.retry_on
+        if not isinstance(retry_on, tuple) or not all(
+            isinstance(kind, type) and issubclass(kind, BaseException) for kind in retry_on
+        ):
+            raise TypeError(
+                f"Tool {self.name!r}: retry_on must be a tuple of exception types, "
+                f"got {self.retry_on!r}"
+            )
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the handler directly, as the plain function it wraps."""
@@ -76,6 +160,13 @@ class ToolOutcome:
     data: Any = None
     """The handler's raw return value when it was not a string (e.g. `finish`'s input)."""
     extra: JSON = field(default_factory=dict)
+    fatal: bool = False
+    """The tool failed under `on_error="fail"`: the engine should end the run in `failed`.
+
+    Still an ordinary error outcome (the registry never raises into the loop);
+    the engine decides what to do with the flag. Never set for the model's own
+    mistakes (unknown tool, invalid input).
+    """
 
     def to_block(self) -> JSON:
         block: JSON = {

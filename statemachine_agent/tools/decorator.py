@@ -12,12 +12,12 @@ from __future__ import annotations
 import inspect
 import re
 from collections.abc import Callable, Mapping
-from typing import Any, cast, overload
+from typing import Any, TypedDict, cast, overload
 
 import docstring_parser
 import pydantic
 
-from .base import DEFAULT_TOOL_TIMEOUT, JSON, Tool
+from .base import DEFAULT_RETRY_ON, DEFAULT_TOOL_TIMEOUT, JSON, OnError, Tool
 
 __all__ = ["TOOL_NAME_PATTERN", "schema_from_function", "tool"]
 
@@ -29,6 +29,18 @@ _VALUE_KEYWORDS = frozenset({"default", "enum", "const", "examples"})
 
 _NAME_MAP_KEYWORDS = frozenset({"properties", "patternProperties", "$defs", "definitions"})
 """Schema keywords mapping user-chosen names to subschemas: the names are not keywords."""
+
+
+class _Policy(TypedDict, total=False):
+    """The `Tool` policy fields `@tool` passes through as they are."""
+
+    on_error: OnError
+    retries: int
+    retry_backoff: float
+    retry_on: tuple[type[BaseException], ...]
+    side_effect: bool
+    requires_approval: bool
+    untrusted: bool
 
 
 @overload
@@ -43,6 +55,13 @@ def tool(
     timeout: float | None = DEFAULT_TOOL_TIMEOUT,
     sequential: bool = False,
     ends_run: bool = False,
+    on_error: OnError = "return",
+    retries: int = 2,
+    retry_backoff: float = 0.5,
+    retry_on: tuple[type[BaseException], ...] = DEFAULT_RETRY_ON,
+    side_effect: bool = False,
+    requires_approval: bool = False,
+    untrusted: bool = False,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -55,6 +74,13 @@ def tool(
     timeout: float | None = DEFAULT_TOOL_TIMEOUT,
     sequential: bool = False,
     ends_run: bool = False,
+    on_error: OnError = "return",
+    retries: int = 2,
+    retry_backoff: float = 0.5,
+    retry_on: tuple[type[BaseException], ...] = DEFAULT_RETRY_ON,
+    side_effect: bool = False,
+    requires_approval: bool = False,
+    untrusted: bool = False,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Declare a tool from a sync or async function, bare (`@tool`) or with options.
 
@@ -66,8 +92,21 @@ def tool(
     Raises `TypeError` when the signature cannot be expressed as a JSON object
     (`*args`, `**kwargs`, positional-only or unannotated parameters, types
     pydantic cannot describe) or when there is no description, and
-    `ValueError` for an invalid name or timeout.
+    `ValueError` for an invalid name, timeout or error policy.
+
+    The policy options (`on_error`, `retries`, `retry_backoff`, `retry_on`,
+    `side_effect`, `requires_approval`, `untrusted`) are passed to `Tool`
+    unchanged; see its fields for what they mean.
     """
+    policy = _Policy(
+        on_error=on_error,
+        retries=retries,
+        retry_backoff=retry_backoff,
+        retry_on=retry_on,
+        side_effect=side_effect,
+        requires_approval=requires_approval,
+        untrusted=untrusted,
+    )
 
     def decorate(fn: Callable[..., Any]) -> Tool:
         return _build_tool(
@@ -77,6 +116,7 @@ def tool(
             timeout=timeout,
             sequential=sequential,
             ends_run=ends_run,
+            policy=policy,
         )
 
     if func is not None:
@@ -92,6 +132,7 @@ def _build_tool(
     timeout: float | None,
     sequential: bool,
     ends_run: bool,
+    policy: _Policy,
 ) -> Tool:
     if isinstance(func, Tool):
         raise TypeError(f"{func.name!r} is already a Tool; apply @tool only once")
@@ -129,6 +170,7 @@ def _build_tool(
         timeout=timeout,
         sequential=sequential,
         ends_run=ends_run,
+        **policy,
     )
 
 

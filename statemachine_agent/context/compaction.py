@@ -1,0 +1,60 @@
+"""Keeping the prompt small: token estimates and replacing old tool results.
+
+Old tool results are the bulk of a long run's prompt and the least useful part
+of it: the model has already read them and acted. Replacing all but the last
+few with a short placeholder keeps every tool_use answered (the pairing the API
+requires) while dropping their weight. The full results stay in the audit file.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from statemachine_agent.models.base import JSON
+
+PLACEHOLDER = (
+    "[Earlier tool result removed to save context ({chars} characters). "
+    "Call the tool again if you need it.]"
+)
+"""What an old result becomes; it says how to get the information back."""
+
+CHARS_PER_TOKEN = 4
+"""A rough local estimate; `ContextPolicy.count_tokens` asks the API instead."""
+
+
+def estimate_tokens(messages: Sequence[JSON], *extra: Any) -> int:
+    """Roughly how many tokens the request will take (characters / 4)."""
+    size = len(json.dumps(list(messages), ensure_ascii=False, default=str))
+    for part in extra:
+        size += len(json.dumps(part, ensure_ascii=False, default=str))
+    return size // CHARS_PER_TOKEN
+
+
+def _result_blocks(messages: Sequence[JSON]) -> list[JSON]:
+    blocks: list[JSON] = []
+    for message in messages:
+        content = message.get("content")
+        if message.get("role") != "user" or not isinstance(content, list):
+            continue
+        blocks.extend(b for b in content if isinstance(b, dict) and b.get("type") == "tool_result")
+    return blocks
+
+
+def compact_tool_results(messages: list[JSON], keep_last: int) -> int:
+    """Replace all but the last `keep_last` tool results with a placeholder, in place.
+
+    Returns how many results were replaced (0 when there was nothing to gain).
+    """
+    blocks = _result_blocks(messages)
+    old = blocks[: max(len(blocks) - keep_last, 0)]
+    replaced = 0
+    for block in old:
+        content = block.get("content")
+        if isinstance(content, str) and content.startswith("[Earlier tool result removed"):
+            continue
+        chars = len(content) if isinstance(content, str) else len(json.dumps(content, default=str))
+        block["content"] = PLACEHOLDER.format(chars=chars)
+        replaced += 1
+    return replaced

@@ -1,0 +1,36 @@
+"""The per-run settings guards read: plain, frozen data copied into every run record.
+
+Guards may only read the record, so whatever a guard needs to know about the
+agent's configuration (limits, which features are on) is carried here rather
+than looked up on the agent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from statemachine_agent.policy.budget import Budget
+from statemachine_agent.policy.context import ContextPolicy
+from statemachine_agent.policy.stall import StallPolicy
+
+
+@dataclass(frozen=True, slots=True)
+class RunSettings:
+    budget: Budget = field(default_factory=Budget)
+    stall: StallPolicy | None = field(default_factory=StallPolicy)
+    """Stall detection; on by default, `None` switches it off."""
+    context: ContextPolicy = field(default_factory=ContextPolicy)
+    reflection_interval: int | None = None
+    """Pass through `reflect` every N iterations."""
+    has_critic: bool = False
+    has_verifier: bool = False
+    max_rejections: int = 2
+    """Verifier rejections allowed before the run ends in `failed`."""
+    max_continuations: int = 0
+    """Times a text reply cut at max_tokens is continued before ending in `truncated`."""
+
+    def __post_init__(self) -> None:
+        if self.reflection_interval is not None and self.reflection_interval < 1:
+            raise ValueError("reflection_interval must be at least 1 or None")
+        if self.max_rejections < 0 or self.max_continuations < 0:
+            raise ValueError("max_rejections and max_continuations must be >= 0")

@@ -1,0 +1,51 @@
+"""Intervene: tell the model it is repeating itself, with the evidence.
+
+"Do not repeat yourself" in the system prompt does not stop a stuck model; a
+notice naming the tool, the pattern and the count, placed right after the
+results it keeps getting, usually does. The detector is then told, so only new
+repetitions count against the next intervention.
+"""
+
+from __future__ import annotations
+
+from statemachine_agent.context.notices import add_user_text
+from statemachine_agent.machine.context import RunContext
+from statemachine_agent.policy.stall import StallDetector
+
+
+def intervention_text(finding: dict[str, object], number: int, allowed: int) -> str:
+    return (
+        f"[system notice] You seem to be stuck: {finding.get('detail')} "
+        f"(pattern: {finding.get('pattern')}, tool: {finding.get('tool')}, "
+        f"count: {finding.get('count')}). Repeating it will not give new information. "
+        "Try a different approach, or stop and explain what is blocking you. "
+        f"(Intervention {number} of {allowed}; after that the run is stopped.)"
+    )
+
+
+class Intervene:
+    """Adds the intervention to the history; names `intervened`."""
+
+    trigger = "intervened"
+
+    async def run(self, ctx: RunContext) -> str:
+        run = ctx.state
+        policy = run.settings.stall
+        finding = dict(run.stall or {})
+        if policy is not None:
+            detector = StallDetector.from_state(policy, run.stall_state)
+            detector.acknowledge()
+            run.stall_state = detector.to_state()
+        run.interventions += 1
+        allowed = policy.max_interventions if policy else run.interventions
+        add_user_text(run.messages, intervention_text(finding, run.interventions, allowed))
+        ctx.emitter.emit(
+            "stall.intervened",
+            iteration=run.iteration,
+            intervention=run.interventions,
+            pattern=finding.get("pattern"),
+            tool=finding.get("tool"),
+            count=finding.get("count"),
+        )
+        run.stall = None
+        return self.trigger
