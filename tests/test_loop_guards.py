@@ -313,9 +313,8 @@ class TestToolPolicies:
 class TestGuardOrder:
     def test_finish_beats_stall(self) -> None:
         """A finish call ends the run even when the same step also looks like a stall."""
-        script = [*same_search(2),
-                  replies.tool_uses(("search", {"query": "weather tokyo"}),
-                                    ("finish", {"status": "completed", "summary": "done"}))]  # fmt: skip
+        done = ("finish", {"status": "completed", "summary": "done"})
+        script = [*same_search(2), replies.tool_uses(("search", {"query": "weather tokyo"}), done)]
         result = Agent(ScriptedModel(script), tools=[search, finish]).run("q")
         assert_end_state(result, "finished")
 
