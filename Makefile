@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit diagrams clean
+.PHONY: demo test lint typecheck unit system-deps diagrams docs clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,15 +22,23 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-unit: $(STAMP)
+# Programs the tests drive for real (Graphviz, ...), installed when missing.
+system-deps:
+	bash scripts/system-deps.sh
+
+unit: $(STAMP) system-deps
 	$(BIN)/pytest -q
 
 test: lint typecheck unit
 
-# Regenerate the committed diagrams from the transition table.
+# Regenerate everything derived from the transition table: diagrams/machine.{mmd,dot,svg}
+# (SVG only where Graphviz is installed), docs/states.md and the README's generated blocks.
 diagrams: $(STAMP)
-	$(BIN)/statemachine-agent diagram --format mermaid -o diagrams/machine.mmd
-	$(BIN)/statemachine-agent diagram --format dot -o diagrams/machine.dot
+	$(BIN)/python -m statemachine_agent.docgen diagrams docs
+
+# Regenerate only the generated docs: docs/states.md and the README's generated blocks.
+docs: $(STAMP)
+	$(BIN)/python -m statemachine_agent.docgen docs
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis

@@ -82,6 +82,12 @@ def _summary(result: RunResult, stream: TextIO) -> None:
         print(f"Audit file: {result.audit_path}", file=stream)
 
 
+def _text_stream(args: argparse.Namespace) -> TextIO:
+    """Where the human-readable lines go: stderr under `--log-format json`, so that
+    stdout holds nothing but JSON lines and can be piped into a JSON tool."""
+    return sys.stderr if args.log_format == "json" else sys.stdout
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from statemachine_agent.demos import SCENARIOS
 
@@ -92,7 +98,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if args.scenario not in SCENARIOS:
         return _usage_error(f"unknown scenario {args.scenario!r}; see `demo --list`")
     scenario = SCENARIOS[args.scenario]
-    out = sys.stdout
+    out = _text_stream(args)
     print(f"Scenario:   {scenario.title}", file=out)
     print(f"Prompt:     {scenario.prompt}\n", file=out)
     agent = Agent(
@@ -100,7 +106,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
         tools=scenario.tools(),
         system=scenario.system,
         audit_dir=args.audit_dir,
-        logger=make_logger(args.log_format, out),
+        logger=make_logger(args.log_format, sys.stdout),
+        **scenario.options(),
     )
     result = agent.run(scenario.prompt)
     _summary(result, out)
@@ -129,7 +136,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         logger=make_logger(args.log_format, sys.stdout),
     )
     result = agent.run(args.prompt)
-    _summary(result, sys.stdout)
+    _summary(result, _text_stream(args))
     return EXIT_CODES[result.end_state]
 
 
@@ -140,12 +147,22 @@ def cmd_diagram(args: argparse.Namespace) -> int:
 
         try:
             events = read_events(Path(args.run))
-        except (OSError, ValueError) as exc:
+        except OSError as exc:
+            return _usage_error(f"cannot read audit file {args.run}: {exc.strerror or exc}")
+        except ValueError as exc:
             return _usage_error(str(exc))
         trail = [e for e in events if e["event"] == "transition.fired"]
-    text = diagrams.render(args.format, trail)
+        if not trail:
+            return _usage_error(f"{args.run} has no transition.fired events to highlight")
+    try:
+        text = diagrams.render(args.format, trail)
+    except (diagrams.GraphvizNotFoundError, diagrams.GraphvizError) as exc:
+        return _usage_error(str(exc))
     if args.output:
-        Path(args.output).write_text(text, encoding="utf-8")
+        try:
+            Path(args.output).write_text(text, encoding="utf-8")
+        except OSError as exc:
+            return _usage_error(f"cannot write {args.output}: {exc.strerror or exc}")
     else:
         sys.stdout.write(text)
     return 0

@@ -7,14 +7,16 @@ model could give, so a reader sees the machine work with no key and no network.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from statemachine_agent.models.scripted import ScriptedModel
+from statemachine_agent.policy.budget import Budget
 from statemachine_agent.testing.replies import text, tool_use
 from statemachine_agent.tools.base import Tool
 from statemachine_agent.tools.builtin import calculate, make_current_time_tool
+from statemachine_agent.tools.decorator import tool
 
 DEMO_CLOCK = datetime(2026, 4, 11, 2, 28, tzinfo=UTC)
 """The demo pins time, so the scripted arithmetic (28 minutes x 15) is the right answer."""
@@ -28,6 +30,8 @@ class Scenario:
     system: str
     tools: Callable[[], list[Tool]]
     replies: Callable[[], list[dict[str, Any]]]
+    options: Callable[[], dict[str, Any]] = field(default=dict)
+    """Further `Agent` arguments the scenario needs (a budget, a stall policy, ...)."""
 
     def model(self) -> ScriptedModel:
         return ScriptedModel(self.replies())
@@ -51,4 +55,84 @@ TIME_AND_CALCULATE = Scenario(
     ],
 )
 
-SCENARIOS: dict[str, Scenario] = {s.name: s for s in (TIME_AND_CALCULATE,)}
+
+@tool
+def get_schedule(date: str) -> dict[str, Any]:
+    """The user's events on a date."""
+    return {"date": date, "events": [{"time": "19:00", "location": "Umeda", "title": "Dinner"}]}
+
+
+@tool
+def get_weather(location: str, time: str) -> dict[str, str]:
+    """The forecast for a place at a time."""
+    return {"location": location, "time": time, "forecast": "rain from 18:00"}
+
+
+@tool
+def get_route(origin: str, destination: str) -> dict[str, str]:
+    """Travel time between two places."""
+    return {"origin": origin, "destination": destination, "duration": "30 minutes"}
+
+
+@tool
+def search_flights(route: str) -> str:
+    """Search flights on a route; the demo's airline search is down."""
+    return "no results"
+
+
+SCHEDULE_WEATHER_ROUTE = Scenario(
+    name="schedule-weather-route",
+    title="Seed 003: schedule -> weather -> route -> answer (4 model calls)",
+    prompt="How should I plan today?",
+    system="Plan the user's day with the tools: schedule first, then weather, then the route.",
+    tools=lambda: [get_schedule, get_weather, get_route],
+    replies=lambda: [
+        tool_use("get_schedule", {"date": "today"}),
+        tool_use("get_weather", {"location": "Umeda", "time": "19:00"}),
+        tool_use("get_route", {"origin": "home", "destination": "Umeda"}),
+        text(
+            "You have dinner in Umeda at 19:00. Rain is expected from 18:00, so take an "
+            "umbrella. The trip takes 30 minutes: leave home at 18:20."
+        ),
+    ],
+)
+
+BUDGET_SALVAGE = Scenario(
+    name="budget-salvage",
+    title="Budget: the step limit stops a long computation; a salvage call sums up",
+    prompt="Add up the squares of 1 to 10, one calculation at a time.",
+    system=SYSTEM,
+    tools=lambda: [calculate],
+    replies=lambda: [
+        tool_use("calculate", {"expression": "1**2 + 2**2"}),
+        tool_use("calculate", {"expression": "5 + 3**2"}),
+        tool_use("calculate", {"expression": "14 + 4**2"}),
+        text(
+            "So far: 1² + 2² + 3² + 4² = 30. Left to do: add the squares of 5 to 10 "
+            "(25 + 36 + 49 + 64 + 81 + 100 = 355), for a total of 385."
+        ),
+    ],
+    options=lambda: {"budget": Budget(max_iterations=3)},
+)
+
+STALL_INTERVENTION = Scenario(
+    name="stall",
+    title="Stall: the same search three times brings an intervention; the model changes course",
+    prompt="Find me a flight from Osaka to Tokyo tomorrow morning.",
+    system="Help the user travel. Use the tools.",
+    tools=lambda: [search_flights],
+    replies=lambda: [
+        tool_use("search_flights", {"route": "Osaka-Tokyo"}),
+        tool_use("search_flights", {"route": "Osaka-Tokyo"}),
+        tool_use("search_flights", {"route": "Osaka-Tokyo"}),
+        text(
+            "The flight search returns nothing, and repeating it will not help. "
+            "The Shinkansen from Shin-Osaka takes about 2.5 hours; shall I look at trains?"
+        ),
+    ],
+)
+
+SCENARIOS: dict[str, Scenario] = {
+    s.name: s
+    for s in (TIME_AND_CALCULATE, SCHEDULE_WEATHER_ROUTE, BUDGET_SALVAGE, STALL_INTERVENTION)
+}

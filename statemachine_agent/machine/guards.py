@@ -73,18 +73,22 @@ def is_end_turn(run: RunRecord) -> bool:
 
 
 def is_max_tokens(run: RunRecord) -> bool:
+    """The reply was cut off at the output limit."""
     return _stop_reason(run) == "max_tokens"
 
 
 def is_refusal(run: RunRecord) -> bool:
+    """The model declined to continue (a safety refusal)."""
     return _stop_reason(run) == "refusal"
 
 
 def is_pause_turn(run: RunRecord) -> bool:
+    """A long-running server tool paused the turn; it continues when sent back."""
     return _stop_reason(run) == "pause_turn"
 
 
 def is_context_exceeded(run: RunRecord) -> bool:
+    """Generation stopped because the model's context window was full."""
     return _stop_reason(run) == "model_context_window_exceeded"
 
 
@@ -104,10 +108,12 @@ def finish_claims_success(run: RunRecord) -> bool:
 
 
 def verifier_configured(run: RunRecord) -> bool:
+    """A verifier checks claimed completions."""
     return run.settings.has_verifier
 
 
 def verdict_passed(run: RunRecord) -> bool:
+    """The verifier accepted the claim."""
     return run.verdict is not None and bool(run.verdict.get("ok"))
 
 

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Install the system programs the test suite drives for real (Debian packages),
+# only when they are missing. Tests never skip for want of them.
+set -euo pipefail
+
+need=()
+command -v dot >/dev/null 2>&1 || need+=(graphviz)
+
+if [ ${#need[@]} -eq 0 ]; then
+  exit 0
+fi
+if [ "$(id -u)" -ne 0 ]; then
+  echo "missing system packages: ${need[*]} (run: sudo apt-get install -y ${need[*]})" >&2
+  exit 1
+fi
+echo "installing system packages: ${need[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null

@@ -1,0 +1,332 @@
+"""Generate the reference docs and diagrams from the code, so they cannot drift.
+
+The state reference (`docs/states.md`), the committed diagrams (`diagrams/`) and
+the generated blocks of `README.md` are all derived from the transition table,
+the guards, the end-state handlers and the CLI's exit codes. A hand-written
+reference would be wrong the day a row is added; a generated one is checked by
+`tests/test_docs.py` and `tests/test_diagrams.py`, which fail when a committed
+file differs from what this module produces now.
+
+Run `python -m statemachine_agent.docgen` (what `make diagrams` and `make docs`
+do); `--check` only reports stale files, for CI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import re
+import shutil
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+
+from statemachine_agent import diagrams
+from statemachine_agent.machine import table
+from statemachine_agent.machine.table import Row
+
+TARGETS: tuple[str, ...] = ("diagrams", "docs")
+
+DIAGRAM_FILES: Mapping[str, str] = {
+    "mermaid": "diagrams/machine.mmd",
+    "dot": "diagrams/machine.dot",
+    "svg": "diagrams/machine.svg",
+}
+STATES_DOC = "docs/states.md"
+README = "README.md"
+
+_GENERATED_NOTE = (
+    "<!-- Generated from statemachine_agent/machine/table.py by `make docs`; "
+    "do not edit by hand. -->"
+)
+
+
+# -- the state reference -------------------------------------------------------------
+
+
+def _doc(obj: object) -> str:
+    """An object's docstring, or an honest marker when it has none."""
+    text = inspect.getdoc(obj)
+    return text.strip() if text else "_(no docstring)_"
+
+
+def _cell(text: str) -> str:
+    """Text made safe for one Markdown table cell."""
+    return text.replace("|", "\\|").replace("\n", " ").strip()
+
+
+def _code(names: Iterable[str]) -> str:
+    return ", ".join(f"`{n}`" for n in names)
+
+
+def _kind(name: str) -> str:
+    if name in table.END_STATES:
+        return "end"
+    if name in table.HELPER_STATES:
+        return "helper"
+    return "working"
+
+
+def _exit_codes() -> Mapping[str, int]:
+    from statemachine_agent.cli import EXIT_CODES
+
+    return EXIT_CODES
+
+
+def _phase_doc(name: str) -> str | None:
+    """The docstring of the phase that runs a working state, if the engine has one."""
+    from statemachine_agent.machine.engine import PHASES
+
+    phase = PHASES.get(name)
+    return _doc(type(phase)) if phase is not None else None
+
+
+def _ending_doc(name: str) -> str | None:
+    from statemachine_agent.machine.endings import ENDINGS
+
+    handler = ENDINGS.get(name)
+    return _doc(handler) if handler is not None else None
+
+
+def _arrow(row: Row) -> str:
+    guards = f" [{' & '.join(row.guards)}]" if row.guards else ""
+    return f"`{row.source} --{row.trigger}{guards}--> {row.dest}`"
+
+
+def _rows_table(rows: Sequence[Row], *, outgoing: bool) -> list[str]:
+    """Rows as a Markdown table, numbered by the order they are tried in their group."""
+    if outgoing:
+        lines = ["| order | trigger | guards | dest | description |", "|---|---|---|---|---|"]
+    else:
+        lines = ["| from | trigger | guards | description |", "|---|---|---|---|"]
+    for row in rows:
+        order = table.rows_from(row.source, row.trigger).index(row) + 1
+        guards = " & ".join(f"`{g}`" for g in row.guards) if row.guards else "_(none: fallback)_"
+        if outgoing:
+            cells = [str(order), f"`{row.trigger}`", guards, _link(row.dest), row.description]
+        else:
+            cells = [_link(row.source), f"`{row.trigger}`", guards, row.description]
+        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    return lines
+
+
+def _link(state: str) -> str:
+    return f"[`{state}`](#{state})" if state in table.STATES else f"`{state}`"
+
+
+def states_markdown() -> str:
+    """The whole of `docs/states.md`: every state, its rows, and every guard."""
+    exit_codes = _exit_codes()
+    out: list[str] = [
+        "# State reference",
+        "",
+        _GENERATED_NOTE,
+        "",
+        "Every state of the agent loop, the rows that leave it (the phase names a trigger;",
+        "of the rows with that source and trigger, the **first** whose guards all pass fires),",
+        "and every guard. The [concepts](concepts.md) page explains the model; this page is",
+        "the contract, generated from the transition table.",
+        "",
+        "## States",
+        "",
+        "| state | kind | exit code | note |",
+        "|---|---|---|---|",
+    ]
+    for name in table.STATES:
+        kind = _kind(name) + (" (initial)" if name == table.INITIAL_STATE else "")
+        code = str(exit_codes[name]) if name in exit_codes else ""
+        note = f"reserved: {table.RESERVED_STATES[name]}" if name in table.RESERVED_STATES else ""
+        out.append(f"| {_link(name)} | {kind} | {code} | {_cell(note)} |")
+    sections = (
+        ("Working states", table.WORKING_STATES),
+        ("Helper states", table.HELPER_STATES),
+        ("End states", table.END_STATES),
+    )
+    for title, names in sections:
+        if not names:
+            continue
+        out += ["", f"## {title}"]
+        for name in names:
+            out += _state_section(name, exit_codes)
+    out += _guard_reference()
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+def _state_section(name: str, exit_codes: Mapping[str, int]) -> list[str]:
+    out = ["", f"### `{name}`", ""]
+    if name in table.RESERVED_STATES:
+        out += [f"> **Reserved**, not reachable yet: {table.RESERVED_STATES[name]}.", ""]
+    if name in table.END_STATES:
+        code = exit_codes.get(name)
+        if code is not None:
+            out += [f"Exit code of `statemachine-agent`: **{code}**.", ""]
+        handler_doc = _ending_doc(name)
+        if handler_doc is not None:
+            out += ["Its handler:", "", *(f"> {line}".rstrip() for line in handler_doc.split("\n"))]
+            out.append("")
+        incoming = [row for row in table.ROWS if row.dest == name]
+        if incoming:
+            out += ["Entered from:", "", *_rows_table(incoming, outgoing=False)]
+        else:
+            out.append("No row enters it yet.")
+        return out
+    phase_doc = _phase_doc(name)
+    if phase_doc is not None:
+        out += [*(f"> {line}".rstrip() for line in phase_doc.split("\n")), ""]
+    outgoing = [row for row in table.ROWS if row.source == name]
+    if outgoing:
+        out += ["Leaves by:", "", *_rows_table(outgoing, outgoing=True)]
+    else:
+        out.append("No row leaves it yet.")
+    return out
+
+
+def _guard_reference() -> list[str]:
+    from statemachine_agent.machine.guards import GUARDS
+
+    out = [
+        "",
+        "## Guards",
+        "",
+        "Guards are pure predicates over the run record: they read it and answer, with no",
+        "I/O, so a transition is deterministic and a recorded run replays to the same path.",
+    ]
+    for name, guard in GUARDS.items():
+        out += ["", f"### `{name}`", "", _doc(guard), ""]
+        users = [row for row in table.ROWS if name in row.guards]
+        if users:
+            out.append("Used by:")
+            out.append("")
+            out += [f"- {_arrow(row)}" for row in users]
+        else:
+            out.append("Not used by any row yet.")
+    unknown = [name for name in table.guard_names() if name not in GUARDS]
+    if unknown:
+        out += ["", f"Named by the table but not defined: {_code(unknown)}."]
+    return out
+
+
+# -- README blocks -------------------------------------------------------------------
+
+
+def readme_diagram() -> str:
+    """The README's diagram block: the Mermaid diagram, fenced for GitHub to draw."""
+    return "```mermaid\n" + diagrams.mermaid() + "```"
+
+
+def readme_end_states() -> str:
+    """The README's end-state table, with each state's exit code."""
+    from statemachine_agent.machine.result import SUCCESS_STATES
+
+    exit_codes = _exit_codes()
+    lines = ["| end state | exit code | what its handler reports |", "|---|---|---|"]
+    for name in table.END_STATES:
+        code = exit_codes.get(name)
+        meaning = _ending_doc(name) or ""
+        first = meaning.split("\n\n")[0].replace("\n", " ")
+        if name in table.RESERVED_STATES:
+            first = f"reserved, not reachable yet: {table.RESERVED_STATES[name]}"
+        mark = " (success)" if name in SUCCESS_STATES else ""
+        shown = "" if code is None else str(code)
+        lines.append(f"| [`{name}`](docs/states.md#{name}){mark} | {shown} | {_cell(first)} |")
+    lines.append("| _usage error_ | 2 | bad arguments, unknown scenario, unreadable audit file |")
+    return "\n".join(lines)
+
+
+README_BLOCKS: Mapping[str, Callable[[], str]] = {
+    "diagram": readme_diagram,
+    "end-states": readme_end_states,
+}
+"""The README's generated blocks, each between `<!-- NAME:start -->` and `<!-- NAME:end -->`."""
+
+
+def refresh_blocks(text: str, blocks: Mapping[str, Callable[[], str]] = README_BLOCKS) -> str:
+    """`text` with every generated block replaced by what the code produces now.
+
+    Raises `ValueError` when a block's markers are missing, so a README edit that
+    drops them is caught rather than silently leaving a stale copy.
+    """
+    for name, produce in blocks.items():
+        start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+        found = re.search(re.escape(start) + r".*?" + re.escape(end), text, re.DOTALL)
+        if found is None:
+            raise ValueError(f"README has no {start} ... {end} block")
+        text = f"{text[: found.start()]}{start}\n{produce()}\n{end}{text[found.end() :]}"
+    return text
+
+
+# -- writing and checking ------------------------------------------------------------
+
+
+def generate(root: Path, targets: Iterable[str] = TARGETS) -> tuple[dict[Path, str], list[str]]:
+    """Every generated file for `targets` with its content, and what was skipped, and why.
+
+    SVG is skipped (with a note) when Graphviz is not installed: it is the one
+    output that needs a binary, and the text formats carry the same graph.
+    """
+    files: dict[Path, str] = {}
+    skipped: list[str] = []
+    wanted = set(targets)
+    unknown = wanted - set(TARGETS)
+    if unknown:
+        raise ValueError(f"unknown target(s) {sorted(unknown)}; choose from {list(TARGETS)}")
+    if "diagrams" in wanted:
+        for fmt in diagrams.TEXT_FORMATS:
+            files[root / DIAGRAM_FILES[fmt]] = diagrams.render(fmt)
+        if shutil.which("dot"):
+            files[root / DIAGRAM_FILES["svg"]] = diagrams.svg()
+        else:
+            skipped.append(
+                f"{DIAGRAM_FILES['svg']} not regenerated: Graphviz `dot` is not on PATH "
+                f"({diagrams.GRAPHVIZ_HINT})"
+            )
+    if "docs" in wanted:
+        files[root / STATES_DOC] = states_markdown()
+        readme = root / README
+        files[readme] = refresh_blocks(readme.read_text(encoding="utf-8"))
+    return files, skipped
+
+
+def stale(files: Mapping[Path, str]) -> list[Path]:
+    """The files whose committed content differs from `files` (missing ones included)."""
+    return [
+        path
+        for path, content in files.items()
+        if not path.exists() or path.read_text(encoding="utf-8") != content
+    ]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Regenerate (or, with `--check`, verify) the generated docs and diagrams."""
+    parser = argparse.ArgumentParser(
+        prog="python -m statemachine_agent.docgen",
+        description="Regenerate the diagrams and docs derived from the transition table.",
+    )
+    parser.add_argument(
+        "targets", nargs="*", metavar="TARGET", help=f"any of {', '.join(TARGETS)} (default: all)"
+    )
+    parser.add_argument("--root", type=Path, default=Path.cwd(), help="the repository root")
+    parser.add_argument("--check", action="store_true", help="only report stale files")
+    args = parser.parse_args(argv)
+    unknown = [t for t in args.targets if t not in TARGETS]
+    if unknown:
+        parser.error(f"unknown target(s) {', '.join(unknown)}; choose from {', '.join(TARGETS)}")
+    files, skipped = generate(args.root, args.targets or TARGETS)
+    for note in skipped:
+        print(f"docgen: warning: {note}", file=sys.stderr)
+    outdated = stale(files)
+    if args.check:
+        for path in outdated:
+            print(f"docgen: stale: {path} (run `make diagrams`)", file=sys.stderr)
+        return 1 if outdated else 0
+    for path in outdated:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(files[path], encoding="utf-8")
+        print(f"docgen: wrote {path}")
+    if not outdated:
+        print("docgen: everything is up to date")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,237 @@
+"""The `statemachine-agent` command, in-process and once as the installed script.
+
+The CLI is the first thing a user runs (`make demo`), so its output is a
+contract: each transition as it fires, the answer, the end state, the audit file,
+and a one-line error with exit status 2 for anything the user got wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from statemachine_agent import diagrams
+from statemachine_agent.audit.sink import read_events
+from statemachine_agent.cli import EXIT_CODES, main
+from statemachine_agent.machine import table
+
+Capsys = pytest.CaptureFixture[str]
+
+
+def audit_files(directory: Path) -> list[Path]:
+    return sorted(directory.glob("*.jsonl"))
+
+
+def one_line_error(err: str) -> str:
+    """The single error line a usage error prints."""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, f"expected one error line, got {lines}"
+    assert lines[0].startswith("statemachine-agent: error: ")
+    return lines[0]
+
+
+@pytest.fixture
+def audit_file(tmp_path: Path, capsys: Capsys) -> Path:
+    """The audit file of one demo run."""
+    assert main(["demo", "--audit-dir", str(tmp_path / "audit")]) == 0
+    capsys.readouterr()
+    (path,) = audit_files(tmp_path / "audit")
+    return path
+
+
+class TestDemo:
+    def test_prints_transitions_answer_end_state_and_audit_file(
+        self, tmp_path: Path, capsys: Capsys
+    ) -> None:
+        """The demo shows every transition, the answer 420, `completed` and the audit path."""
+        code = main(["demo", "--audit-dir", str(tmp_path)])
+        out = capsys.readouterr().out
+        assert code == 0
+        (path,) = audit_files(tmp_path)
+        fired = [e for e in read_events(path) if e["event"] == "transition.fired"]
+        assert fired, "the audit file holds the transitions"
+        for event in fired:
+            source, trigger, dest = event["source"], event["trigger"], event["dest"]
+            pattern = rf"#{event['seq']}\s+{source} --{trigger}.*--> {dest}"
+            assert re.search(pattern, out), f"transition {event['seq']} not shown"
+        assert "420" in out.split("Answer:", 1)[1].splitlines()[0]
+        assert re.search(r"End state:\s+completed", out)
+        assert f"Audit file: {path}" in out
+
+    def test_writes_the_run_diagram_next_to_the_audit_file(
+        self, tmp_path: Path, capsys: Capsys
+    ) -> None:
+        """The demo leaves a Mermaid diagram of its own path beside the audit file."""
+        main(["demo", "--audit-dir", str(tmp_path)])
+        (path,) = audit_files(tmp_path)
+        diagram = path.with_suffix(".mmd").read_text(encoding="utf-8")
+        assert diagram.startswith("stateDiagram-v2")
+        assert "visited ×" in diagram
+        assert str(path.with_suffix(".mmd")) in capsys.readouterr().out
+
+    def test_list_names_the_scenarios(self, capsys: Capsys) -> None:
+        """`demo --list` prints each scenario's name and exits 0."""
+        from statemachine_agent.demos import SCENARIOS
+
+        assert main(["demo", "--list"]) == 0
+        out = capsys.readouterr().out
+        for name in SCENARIOS:
+            assert re.search(rf"^{re.escape(name)}\s", out, re.M)
+
+    def test_unknown_scenario_is_a_usage_error(self, tmp_path: Path, capsys: Capsys) -> None:
+        """An unknown scenario exits 2 with one line naming it, and runs nothing."""
+        assert main(["demo", "--scenario", "nope", "--audit-dir", str(tmp_path)]) == 2
+        captured = capsys.readouterr()
+        assert "'nope'" in one_line_error(captured.err)
+        assert captured.out == ""
+        assert audit_files(tmp_path) == []
+
+    def test_json_log_format_prints_json_lines(self, tmp_path: Path, capsys: Capsys) -> None:
+        """With `--log-format json` stdout is JSON lines only, one per event."""
+        assert main(["demo", "--log-format", "json", "--audit-dir", str(tmp_path)]) == 0
+        captured = capsys.readouterr()
+        events = [json.loads(line) for line in captured.out.splitlines() if line.strip()]
+        names = [event["event"] for event in events]
+        assert names[0] == "run.started"
+        assert names[-1] == "run.ended"
+        assert "transition.fired" in names
+        assert all(event["run_id"] == events[0]["run_id"] for event in events)
+        assert "End state:" in captured.err, "the human summary goes to stderr"
+
+
+class TestInstalledScript:
+    def test_demo_as_a_user_runs_it(self, tmp_path: Path) -> None:
+        """The installed `statemachine-agent demo` completes and writes its audit file."""
+        script = Path(sys.executable).parent / "statemachine-agent"
+        done = subprocess.run(
+            [str(script), "demo", "--audit-dir", "tmp"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        assert re.search(r"End state:\s+completed", done.stdout)
+        (path,) = audit_files(tmp_path / "tmp")
+        assert f"Audit file: {path.relative_to(tmp_path)}" in done.stdout
+        names = [event["event"] for event in read_events(path)]
+        assert names.count("transition.fired") >= 3
+        assert names[-1] == "run.ended"
+
+
+class TestDiagram:
+    @pytest.mark.parametrize("fmt", diagrams.TEXT_FORMATS)
+    def test_prints_to_stdout(self, fmt: str, capsys: Capsys) -> None:
+        """`diagram --format F` prints exactly the generated diagram."""
+        assert main(["diagram", "--format", fmt]) == 0
+        assert capsys.readouterr().out == diagrams.render(fmt)
+
+    @pytest.mark.parametrize("fmt", diagrams.TEXT_FORMATS)
+    def test_writes_a_file(self, fmt: str, tmp_path: Path, capsys: Capsys) -> None:
+        """`-o FILE` writes the diagram there and prints nothing."""
+        target = tmp_path / f"machine.{fmt}"
+        assert main(["diagram", "--format", fmt, "-o", str(target)]) == 0
+        assert target.read_text(encoding="utf-8") == diagrams.render(fmt)
+        assert capsys.readouterr().out == ""
+
+    def test_default_format_is_mermaid(self, capsys: Capsys) -> None:
+        """Without `--format`, the diagram is Mermaid."""
+        assert main(["diagram"]) == 0
+        assert capsys.readouterr().out.startswith("stateDiagram-v2")
+
+    def test_run_highlights_its_path(self, audit_file: Path, capsys: Capsys) -> None:
+        """`--run AUDIT.jsonl` highlights the states that run visited."""
+        assert main(["diagram", "--run", str(audit_file)]) == 0
+        out = capsys.readouterr().out
+        events = [e for e in read_events(audit_file) if e["event"] == "transition.fired"]
+        assert out == diagrams.mermaid(events)
+        assert "    completed: visited ×1" in out.splitlines()
+        assert "(×" in out
+
+    def test_run_highlights_in_dot_too(self, audit_file: Path, capsys: Capsys) -> None:
+        """The highlight works for DOT as well."""
+        assert main(["diagram", "--format", "dot", "--run", str(audit_file)]) == 0
+        assert 'penwidth="2.5"' in capsys.readouterr().out
+
+    def test_malformed_audit_file_names_the_line(self, audit_file: Path, capsys: Capsys) -> None:
+        """A broken line makes exit 2 with an error naming the file and line number."""
+        lines = audit_file.read_text(encoding="utf-8").splitlines()
+        lines.insert(2, "{not json")
+        audit_file.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        assert main(["diagram", "--run", str(audit_file)]) == 2
+        captured = capsys.readouterr()
+        assert f"{audit_file}:3:" in one_line_error(captured.err)
+        assert captured.out == ""
+
+    def test_missing_audit_file(self, tmp_path: Path, capsys: Capsys) -> None:
+        """A missing audit file exits 2 with one line naming it."""
+        missing = tmp_path / "nope.jsonl"
+        assert main(["diagram", "--run", str(missing)]) == 2
+        assert str(missing) in one_line_error(capsys.readouterr().err)
+
+    def test_audit_file_without_transitions(self, tmp_path: Path, capsys: Capsys) -> None:
+        """A file of events but no transitions cannot be highlighted, and says so."""
+        path = tmp_path / "other.jsonl"
+        path.write_text(json.dumps({"event": "run.started", "run_id": "r"}) + "\n")
+        assert main(["diagram", "--run", str(path)]) == 2
+        assert "no transition.fired events" in one_line_error(capsys.readouterr().err)
+
+    def test_svg_without_graphviz_is_a_clear_error(
+        self, monkeypatch: pytest.MonkeyPatch, capsys: Capsys
+    ) -> None:
+        """Asking for SVG without Graphviz exits 2 naming how to install it."""
+        monkeypatch.setattr(shutil, "which", lambda _name: None)
+        assert main(["diagram", "--format", "svg"]) == 2
+        assert "apt-get install graphviz" in one_line_error(capsys.readouterr().err)
+
+    def test_svg_with_graphviz(self, tmp_path: Path) -> None:
+        """With Graphviz, `--format svg -o FILE` writes an SVG of every state."""
+        target = tmp_path / "machine.svg"
+        assert main(["diagram", "--format", "svg", "-o", str(target)]) == 0
+        svg = target.read_text(encoding="utf-8")
+        assert "<svg" in svg
+        assert all(f"<title>{state}</title>" in svg for state in table.STATES)
+
+    def test_unwritable_output_is_a_usage_error(self, tmp_path: Path, capsys: Capsys) -> None:
+        """An output path in a missing directory exits 2 instead of a traceback."""
+        target = tmp_path / "missing" / "machine.mmd"
+        assert main(["diagram", "-o", str(target)]) == 2
+        assert str(target) in one_line_error(capsys.readouterr().err)
+
+
+class TestRun:
+    def test_missing_api_key_is_a_usage_error(
+        self, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: Capsys
+    ) -> None:
+        """`run` without ANTHROPIC_API_KEY exits 2 with one line naming the variable."""
+        monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+        assert main(["run", "What is 2 + 2?", "--audit-dir", str(tmp_path)]) == 2
+        assert "ANTHROPIC_API_KEY" in one_line_error(capsys.readouterr().err)
+        assert audit_files(tmp_path) == []
+
+
+class TestArguments:
+    def test_a_command_is_required(self, capsys: Capsys) -> None:
+        """No subcommand is a usage error (argparse's exit 2)."""
+        with pytest.raises(SystemExit) as exit_info:
+            main([])
+        assert exit_info.value.code == 2
+        assert "usage:" in capsys.readouterr().err
+
+    def test_exit_codes_cover_every_end_state(self) -> None:
+        """Every end state has its own exit code; only success is 0, and 2 stays for usage."""
+        assert set(EXIT_CODES) == set(table.END_STATES)
+        from statemachine_agent.machine.result import SUCCESS_STATES
+
+        for state, code in EXIT_CODES.items():
+            assert (code == 0) == (state in SUCCESS_STATES)
+            assert code != 2
+        failures = [code for state, code in EXIT_CODES.items() if state not in SUCCESS_STATES]
+        assert len(failures) == len(set(failures))

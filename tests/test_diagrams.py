@@ -1,0 +1,288 @@
+"""The diagrams: generated from the table, committed fresh, and faithful to every row.
+
+The committed files under `diagrams/` are what reviewers read, so a test fails as
+soon as they differ from what the table generates now (`make diagrams` fixes it).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import xml.etree.ElementTree as ET
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from statemachine_agent import Agent, ScriptedModel, calculate, diagrams
+from statemachine_agent.machine import table
+from statemachine_agent.machine.result import RunResult
+from statemachine_agent.testing import replies
+
+ROOT = Path(__file__).resolve().parents[1]
+STALE = "is stale: run `make diagrams` and commit the result"
+
+MERMAID_EDGE = re.compile(r"^    (\S+) --> (\S+?)(?:: (.*))?$")
+DOT_EDGE = re.compile(r'^    "([^"]+)" -> "([^"]+)" \[label="((?:[^"\\]|\\.)*)"(.*)\];$')
+DOT_NODE = re.compile(r'^    "([^"]+)" \[(.*)\];$')
+
+
+def run_seed() -> RunResult:
+    """The seed demo: two tool round trips, then an answer."""
+    model = ScriptedModel(
+        [
+            replies.tool_use("calculate", {"expression": "1 + 1"}),
+            replies.tool_use("calculate", {"expression": "2 + 2"}),
+            replies.text("2 and 4."),
+        ]
+    )
+    return Agent(model, tools=[calculate]).run("Add things.")
+
+
+def mermaid_edges(text: str) -> list[tuple[str, str, str]]:
+    """(source, dest, label) of every transition line, labels decoded."""
+    edges = []
+    for line in text.splitlines():
+        match = MERMAID_EDGE.match(line)
+        if match:
+            label = diagrams.mermaid_unescape(match.group(3) or "")
+            edges.append((match.group(1), match.group(2), label))
+    return edges
+
+
+def mermaid_classes(text: str) -> dict[str, set[str]]:
+    """Class name -> states, from the `class a,b name` lines."""
+    classes: dict[str, set[str]] = {}
+    for line in text.splitlines():
+        match = re.match(r"^    class (\S+) (\w+)$", line)
+        if match:
+            classes.setdefault(match.group(2), set()).update(match.group(1).split(","))
+    return classes
+
+
+def dot_edges(text: str) -> list[tuple[str, str, str, str]]:
+    """(source, dest, label, other attributes) of every edge between states."""
+    edges = []
+    for line in text.splitlines():
+        match = DOT_EDGE.match(line)
+        if match:
+            label = match.group(3).replace('\\"', '"').replace("\\\\", "\\")
+            edges.append((match.group(1), match.group(2), label, match.group(4)))
+    return edges
+
+
+def dot_nodes(text: str) -> dict[str, str]:
+    nodes = {}
+    for line in text.splitlines():
+        match = DOT_NODE.match(line)
+        if match:
+            nodes[match.group(1)] = match.group(2)
+    return nodes
+
+
+def svg_structure(text: str) -> list[tuple[str, str, tuple[str, ...]]]:
+    """What an SVG draws, without coordinates or comments: each node and edge with its text.
+
+    Graphviz versions differ in layout and in their header comments, not in what
+    they draw, so this is what a committed SVG is compared on.
+    """
+    ns = {"svg": "http://www.w3.org/2000/svg"}
+    root = ET.fromstring(text)
+    shapes = []
+    for group in root.iter("{http://www.w3.org/2000/svg}g"):
+        kind = group.get("class")
+        if kind not in ("node", "edge"):
+            continue
+        title = group.findtext("svg:title", default="", namespaces=ns)
+        texts = tuple(t.text or "" for t in group.iter("{http://www.w3.org/2000/svg}text"))
+        shapes.append((kind, title, texts))
+    return sorted(shapes)
+
+
+class TestCommittedFiles:
+    def test_mermaid_is_fresh(self) -> None:
+        """diagrams/machine.mmd is exactly what the table generates now."""
+        committed = (ROOT / "diagrams" / "machine.mmd").read_text(encoding="utf-8")
+        assert committed == diagrams.mermaid(), f"diagrams/machine.mmd {STALE}"
+
+    def test_dot_is_fresh(self) -> None:
+        """diagrams/machine.dot is exactly what the table generates now."""
+        committed = (ROOT / "diagrams" / "machine.dot").read_text(encoding="utf-8")
+        assert committed == diagrams.dot(), f"diagrams/machine.dot {STALE}"
+
+    def test_svg_draws_what_the_table_says(self) -> None:
+        """diagrams/machine.svg draws the same nodes, edges and labels as a fresh render."""
+        committed = (ROOT / "diagrams" / "machine.svg").read_text(encoding="utf-8")
+        assert svg_structure(committed) == svg_structure(diagrams.svg()), (
+            f"diagrams/machine.svg {STALE}"
+        )
+
+
+class TestMermaid:
+    def test_starts_as_a_state_diagram(self) -> None:
+        """The text is a stateDiagram-v2 entering the initial state from [*]."""
+        lines = diagrams.mermaid().splitlines()
+        assert lines[0] == "stateDiagram-v2"
+        assert f"    [*] --> {table.INITIAL_STATE}" in lines
+
+    def test_every_row_is_an_edge(self) -> None:
+        """Each table row is one edge with its trigger and guards as the label."""
+        edges = Counter(mermaid_edges(diagrams.mermaid()))
+        wanted = Counter((row.source, row.dest, row.label) for row in table.ROWS)
+        assert wanted - edges == Counter()
+        between_states = [e for e in edges.elements() if "[*]" not in (e[0], e[1])]
+        assert len(between_states) == len(table.ROWS)
+
+    def test_every_state_is_declared(self) -> None:
+        """A state no row reaches yet still appears, so the picture shows the whole contract."""
+        declared = {line.strip().split(":")[0] for line in diagrams.mermaid().splitlines()}
+        assert set(table.STATES) <= declared
+
+    def test_labels_survive_the_mermaid_grammar(self) -> None:
+        """After entity codes, no label holds a character Mermaid's grammar would misread."""
+        for line in diagrams.mermaid().splitlines():
+            if ": " not in line or line.lstrip().startswith(("%%", "classDef")):
+                continue
+            label = line.split(": ", 1)[1]
+            assert re.fullmatch(r"[^:;#%<>&\[\]{}\"|`\n]*", re.sub(r"#\d+;", "", label)), line
+
+    def test_guard_brackets_are_entity_codes(self) -> None:
+        """`[`, `&` and `]` are written as #91;, #38; and #93;, which Mermaid decodes."""
+        assert diagrams.mermaid_text("a [b & c]") == "a #91;b #38; c#93;"
+        assert diagrams.mermaid_unescape("a #91;b #38; c#93;") == "a [b & c]"
+
+    def test_every_end_state_is_marked(self) -> None:
+        """Every end state leads to [*]."""
+        edges = mermaid_edges(diagrams.mermaid())
+        assert {s for s, d, _ in edges if d == "[*]"} == set(table.END_STATES)
+
+    def test_reserved_states_are_marked(self) -> None:
+        """Reserved states get the dashed `reserved` class and say so in their description."""
+        text = diagrams.mermaid()
+        assert mermaid_classes(text).get("reserved", set()) == set(table.RESERVED_STATES)
+        for name in table.RESERVED_STATES:
+            assert f"    {name}: reserved, not reachable yet" in text.splitlines()
+
+    def test_no_reserved_states_leaves_no_empty_class(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """With nothing reserved, no `class` line is left without states (invalid Mermaid)."""
+        monkeypatch.setattr(table, "RESERVED_STATES", {})
+        text = diagrams.mermaid()
+        assert "reserved" not in text
+        assert all(
+            re.match(r"^    class \S+ \w+$", ln) for ln in text.splitlines() if "class " in ln
+        )
+
+    def test_end_states_outside_reserved_are_styled(self) -> None:
+        """Reachable end states carry the `endState` class."""
+        classes = mermaid_classes(diagrams.mermaid())
+        reachable_ends = set(table.END_STATES) - set(table.RESERVED_STATES)
+        assert classes["endState"] == reachable_ends
+
+
+class TestHighlight:
+    def test_visited_states_and_fired_counts(self) -> None:
+        """A run's visited states are classed and fired rows' labels end in their count."""
+        result = run_seed()
+        text = diagrams.mermaid(result.trail)
+        classes = mermaid_classes(text)
+        visited = set(result.path)
+        assert classes["visited"] | classes["reached"] == visited
+        assert classes["reached"] == {result.end_state}
+        fired = Counter(step.key for step in result.trail)
+        labels = {(s, d, lbl) for s, d, lbl in mermaid_edges(text)}
+        for (source, trigger, dest, via), count in fired.items():
+            row = next(r for r in table.ROWS if r.key == (source, trigger, dest, via))
+            assert (source, dest, f"{row.label} (×{count})") in labels
+
+    def test_visit_counts(self) -> None:
+        """Each visited state says how often it was entered."""
+        result = run_seed()
+        text = diagrams.mermaid(result.trail)
+        visits = Counter(result.path)
+        for state, count in visits.items():
+            assert f"    {state}: visited ×{count}" in text.splitlines()
+
+    def test_unfired_rows_have_no_count(self) -> None:
+        """Rows the run did not take keep their plain label."""
+        text = diagrams.mermaid(run_seed().trail)
+        cancel = next(r for r in table.ROWS if r.dest == "cancelled")
+        assert (cancel.source, cancel.dest, cancel.label) in mermaid_edges(text)
+
+    def test_audit_dicts_highlight_like_records(self) -> None:
+        """The `transition.fired` dicts of an audit file highlight exactly like the records."""
+        result = run_seed()
+        as_events: list[dict[str, Any]] = [step.to_dict() for step in result.trail]
+        assert diagrams.mermaid(as_events) == diagrams.mermaid(result.trail)
+        assert diagrams.dot(as_events) == diagrams.dot(result.trail)
+
+    def test_rows_missing_from_the_table_are_flagged(self) -> None:
+        """A trail from an older table still shows its rows, marked as not in the table."""
+        old = {"source": "perceive", "trigger": "gone", "dest": "reason", "via": ["old_guard"]}
+        edges = mermaid_edges(diagrams.mermaid([old]))
+        assert ("perceive", "reason", "gone [old_guard] (not in the table) (×1)") in edges
+        assert "gone [old_guard] (not in the table) (×1)" in diagrams.dot([old])
+
+    def test_no_trail_means_no_highlight(self) -> None:
+        """An empty trail draws the plain machine."""
+        assert diagrams.mermaid([]) == diagrams.mermaid()
+        assert diagrams.dot(None) == diagrams.dot()
+
+
+class TestDot:
+    def test_every_row_is_an_edge(self) -> None:
+        """Each table row is one DOT edge labelled with its trigger and guards."""
+        edges = Counter((s, d, lbl) for s, d, lbl, _ in dot_edges(diagrams.dot()))
+        assert edges == Counter((row.source, row.dest, row.label) for row in table.ROWS)
+
+    def test_end_and_reserved_states_are_marked(self) -> None:
+        """End states are double octagons; reserved states are dashed and say why."""
+        nodes = dot_nodes(diagrams.dot())
+        for name in table.END_STATES:
+            assert 'shape="doubleoctagon"' in nodes[name]
+        for name, why in table.RESERVED_STATES.items():
+            assert "dashed" in nodes[name]
+            assert why in nodes[name]
+        assert set(table.STATES) <= set(nodes)
+
+    def test_highlight_thickens_fired_edges(self) -> None:
+        """Fired edges are drawn thick with counts; visited nodes are filled with counts."""
+        result = run_seed()
+        text = diagrams.dot(result.trail)
+        fired = Counter(step.key for step in result.trail)
+        counted = [(lbl, attrs) for _s, _d, lbl, attrs in dot_edges(text) if "(×" in lbl]
+        assert len(counted) == len(fired)
+        assert all('penwidth="2.5"' in attrs for _lbl, attrs in counted)
+        nodes = dot_nodes(text)
+        for state, count in Counter(result.path).items():
+            assert "filled" in nodes[state]
+            assert f"\\n×{count}" in nodes[state]
+
+    def test_quotes_and_backslashes_are_escaped(self) -> None:
+        """A label with quotes cannot break out of its DOT string."""
+        odd = {"source": "act", "trigger": 'say "hi"\\', "dest": "observe", "via": []}
+        assert '\\"hi\\"\\\\' in diagrams.dot([odd])
+
+
+class TestSvg:
+    def test_missing_graphviz_names_the_install(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Without `dot` on PATH, SVG fails with the command that installs Graphviz."""
+        monkeypatch.setattr(shutil, "which", lambda _name: None)
+        with pytest.raises(diagrams.GraphvizNotFoundError, match="apt-get install graphviz"):
+            diagrams.svg()
+
+    def test_renders_every_row(self) -> None:
+        """The SVG has one edge per row plus the start arrow, and a node per state."""
+        shapes = svg_structure(diagrams.svg())
+        assert sum(1 for kind, *_ in shapes if kind == "edge") == len(table.ROWS) + 1
+        titles = {title for kind, title, _ in shapes if kind == "node"}
+        assert set(table.STATES) <= titles
+
+    def test_render_knows_every_format(self) -> None:
+        """`render` accepts each listed format and rejects others by name."""
+        assert diagrams.render("mermaid") == diagrams.mermaid()
+        assert diagrams.render("dot") == diagrams.dot()
+        with pytest.raises(ValueError, match="unknown diagram format 'png'"):
+            diagrams.render("png")

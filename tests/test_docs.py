@@ -1,0 +1,230 @@
+"""The docs stay true: generated parts are fresh, examples run, every event is documented.
+
+Documentation rots silently; these tests make each kind of rot a failure: a stale
+generated file, an example that no longer runs, an event the code emits that the
+schema does not mention, a link to a file that moved.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from statemachine_agent import docgen
+from statemachine_agent.cli import EXIT_CODES
+from statemachine_agent.machine import table
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+README = ROOT / "README.md"
+STALE = "is stale: run `make docs` and commit the result"
+
+EMIT = re.compile(r"""\.emit\(\s*["']([\w.]+)["']""")
+"""An event name at an emit call, also when the call is spread over several lines."""
+
+
+def python_blocks(path: Path) -> list[str]:
+    return re.findall(r"^```python\n(.*?)^```", path.read_text(encoding="utf-8"), re.M | re.S)
+
+
+def emitted_events() -> set[str]:
+    names: set[str] = set()
+    for source in (ROOT / "statemachine_agent").rglob("*.py"):
+        names.update(EMIT.findall(source.read_text(encoding="utf-8")))
+    return names
+
+
+def run_block(code: str, name: str) -> dict[str, Any]:
+    """Execute a doc's code block, then every `test_*` function it defines."""
+    namespace: dict[str, Any] = {"__name__": name}
+    exec(compile(code, name, "exec"), namespace)
+    for key, value in list(namespace.items()):
+        if key.startswith("test_") and callable(value):
+            value()
+    return namespace
+
+
+class TestGeneratedDocs:
+    def test_state_reference_is_fresh(self) -> None:
+        """docs/states.md is exactly what the table, guards and handlers generate now."""
+        committed = (DOCS / "states.md").read_text(encoding="utf-8")
+        assert committed == docgen.states_markdown(), f"docs/states.md {STALE}"
+
+    def test_readme_generated_blocks_are_fresh(self) -> None:
+        """The README's diagram and end-state blocks are what the code generates now."""
+        committed = README.read_text(encoding="utf-8")
+        assert committed == docgen.refresh_blocks(committed), f"README.md {STALE}"
+
+    def test_state_reference_covers_every_state_row_and_guard(self) -> None:
+        """Every state has a section, every row a line and every guard an entry."""
+        from statemachine_agent.machine.guards import GUARDS
+
+        text = docgen.states_markdown()
+        for state in table.STATES:
+            assert f"### `{state}`" in text
+        for row in table.ROWS:
+            assert row.description in text
+        for name, guard in GUARDS.items():
+            assert f"### `{name}`" in text
+            if guard.__doc__:
+                assert guard.__doc__.strip().splitlines()[0] in text
+
+    def test_end_states_show_their_handler_and_exit_code(self) -> None:
+        """Each end state's section quotes its handler's docstring and its exit code."""
+        from statemachine_agent.machine.endings import ENDINGS
+
+        text = docgen.states_markdown()
+        for state in table.END_STATES:
+            section = text.split(f"### `{state}`", 1)[1].split("\n### ", 1)[0]
+            assert f"**{EXIT_CODES[state]}**" in section
+            doc = ENDINGS[state].__doc__
+            assert doc is not None
+            assert doc.strip().splitlines()[0] in section
+
+    def test_readme_lists_every_end_state_with_its_exit_code(self) -> None:
+        """The README's end-state table has a row per end state with the CLI's exit code."""
+        text = README.read_text(encoding="utf-8")
+        for state in table.END_STATES:
+            assert re.search(rf"\[`{state}`\]\([^)]*\)[^|]* \| {EXIT_CODES[state]} \|", text)
+
+    def test_readme_diagram_is_the_mermaid_diagram(self) -> None:
+        """The README embeds exactly the generated Mermaid, fenced for rendering."""
+        from statemachine_agent import diagrams
+
+        assert "```mermaid\n" + diagrams.mermaid() + "```" in README.read_text(encoding="utf-8")
+
+
+class TestDocgen:
+    def make_root(self, tmp_path: Path) -> Path:
+        (tmp_path / "README.md").write_text(README.read_text(encoding="utf-8"), encoding="utf-8")
+        return tmp_path
+
+    def test_writes_then_reports_up_to_date(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """A first run writes the generated files; `--check` then finds nothing stale."""
+        root = self.make_root(tmp_path)
+        assert docgen.main(["--root", str(root), "docs", "diagrams"]) == 0
+        assert (root / "docs" / "states.md").read_text(encoding="utf-8").startswith("# State")
+        assert (root / "diagrams" / "machine.mmd").exists()
+        assert (root / "diagrams" / "machine.svg").exists() == bool(shutil.which("dot"))
+        assert docgen.main(["--root", str(root), "--check"]) == 0
+        assert "wrote" in capsys.readouterr().out
+
+    def test_check_names_stale_files(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """`--check` exits 1 and names each stale file, and writes nothing."""
+        root = self.make_root(tmp_path)
+        assert docgen.main(["--root", str(root), "--check", "docs"]) == 1
+        assert "docs/states.md" in capsys.readouterr().err
+        assert not (root / "docs" / "states.md").exists()
+
+    def test_readme_without_markers_is_an_error(self) -> None:
+        """A README that lost a block's markers fails loudly instead of going stale."""
+        with pytest.raises(ValueError, match="diagram:start"):
+            docgen.refresh_blocks("# A README without markers\n")
+
+    def test_refresh_keeps_the_text_around_blocks(self) -> None:
+        """Only the text between the markers is replaced."""
+        text = "before\n<!-- x:start -->\nold\n<!-- x:end -->\nafter\n"
+        assert docgen.refresh_blocks(text, {"x": lambda: "new"}) == (
+            "before\n<!-- x:start -->\nnew\n<!-- x:end -->\nafter\n"
+        )
+
+    def test_unknown_target_is_a_usage_error(self, capsys: pytest.CaptureFixture[str]) -> None:
+        """A misspelt target exits 2 naming the valid ones."""
+        with pytest.raises(SystemExit) as exit_info:
+            docgen.main(["diagram"])
+        assert exit_info.value.code == 2
+        assert "diagrams, docs" in capsys.readouterr().err
+
+
+class TestEventSchema:
+    def test_the_scan_finds_the_core_events(self) -> None:
+        """The source scan works (it would otherwise pass vacuously)."""
+        assert {"transition.fired", "run.started", "run.ended"} <= emitted_events()
+
+    def test_every_emitted_event_is_documented(self) -> None:
+        """Each event name the code emits has a section in docs/events.md."""
+        text = (DOCS / "events.md").read_text(encoding="utf-8")
+        missing = sorted(name for name in emitted_events() if f"### `{name}`" not in text)
+        assert missing == [], f"document these events in docs/events.md: {missing}"
+
+    def test_every_documented_event_is_emitted(self) -> None:
+        """docs/events.md describes no event the code no longer emits."""
+        text = (DOCS / "events.md").read_text(encoding="utf-8")
+        documented = set(re.findall(r"^### `([\w.]+)`$", text, re.M))
+        assert documented - emitted_events() == set()
+
+    def test_transition_keys_are_documented(self) -> None:
+        """Every key of a `transition.fired` event appears in its section."""
+        from statemachine_agent.machine.run import TransitionRecord
+
+        text = (DOCS / "events.md").read_text(encoding="utf-8")
+        section = text.split("### `transition.fired`", 1)[1].split("\n### ", 1)[0]
+        for key in TransitionRecord.__dataclass_fields__:
+            assert f"`{key}`" in section
+
+
+class TestExamples:
+    @pytest.mark.parametrize(
+        "index", range(len(python_blocks(DOCS / "testing.md"))), ids=lambda i: f"block{i}"
+    )
+    def test_testing_guide_examples_pass(self, index: int) -> None:
+        """Each code block of docs/testing.md runs, and every test it defines passes."""
+        code = python_blocks(DOCS / "testing.md")[index]
+        run_block(code, f"docs/testing.md[{index}]")
+
+    def test_testing_guide_has_examples(self) -> None:
+        """The guide's examples exist, so the parametrized test above cannot pass empty."""
+        blocks = python_blocks(DOCS / "testing.md")
+        assert len(blocks) >= 5
+        assert any("FakeAnthropicServer" in block for block in blocks)
+        assert any("ScriptedModel" in block for block in blocks)
+
+    def test_readme_example_runs(self, capsys: pytest.CaptureFixture[str]) -> None:
+        """The README's library example runs offline and reads every documented field."""
+        (code,) = python_blocks(README)
+        namespace = run_block(code, "README.md")
+        assert namespace["result"].end_state == "completed"
+        for field in ("text", "data", "reason", "iterations", "usage", "cost_usd", "messages"):
+            assert f"result.{field}" in code
+        assert "the model ended its turn" in capsys.readouterr().out
+
+    def test_events_example_reads_an_audit_file(self, tmp_path: Path) -> None:
+        """The audit-reading example of docs/events.md works on a real audit file."""
+        from statemachine_agent import Agent, ScriptedModel
+        from statemachine_agent.testing import replies
+
+        result = Agent(ScriptedModel([replies.text("Hi.")]), audit_dir=tmp_path).run("Hello")
+        (code,) = python_blocks(DOCS / "events.md")
+        namespace = run_block(code, "docs/events.md")
+        assert result.audit_path is not None
+        assert namespace["transitions"](result.audit_path)[-1] == "reason --replied--> completed"
+
+
+class TestQuickStartAndLinks:
+    def test_quick_start_is_two_make_commands(self) -> None:
+        """The README's quick start is exactly `make demo` and `make test`."""
+        text = README.read_text(encoding="utf-8")
+        section = text.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+        (commands,) = re.findall(r"```sh\n(.*?)```", section, re.S)
+        assert commands.split("\n")[:-1] == ["make demo", "make test"]
+
+    @pytest.mark.parametrize(
+        "path",
+        [README, *sorted(DOCS.glob("*.md"))],
+        ids=lambda p: str(p.relative_to(ROOT)),
+    )
+    def test_relative_links_resolve(self, path: Path) -> None:
+        """Every relative link in the README and the docs points at a file that exists."""
+        text = path.read_text(encoding="utf-8")
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text):
+            if re.match(r"^[a-z]+:", target):
+                continue
+            assert (path.parent / target).exists(), f"{path.name} links to missing {target}"
