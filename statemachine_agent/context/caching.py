@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from statemachine_agent.models.base import JSON
 
-EPHEMERAL = {"type": "ephemeral"}
+EPHEMERAL: JSON = {"type": "ephemeral"}
 
 
 def cache_last_tool(tools: Sequence[JSON]) -> list[JSON]:
@@ -34,7 +34,7 @@ def cache_latest_message(messages: Sequence[JSON]) -> list[JSON]:
         return copied
     last = dict(copied[-1])
     content = last.get("content")
-    blocks = (
+    blocks: list[JSON] = (
         [{"type": "text", "text": content}]
         if isinstance(content, str)
         else [dict(b) for b in content or []]
