@@ -9,6 +9,9 @@ from statemachine_agent.machine.run import TransitionRecord
 from statemachine_agent.models.anthropic import AnthropicModel, MissingAPIKeyError
 from statemachine_agent.models.base import Model, ModelError, ModelReply, ModelRequest, Usage
 from statemachine_agent.models.scripted import ScriptedModel
+from statemachine_agent.persistence.base import MemoryCheckpointer
+from statemachine_agent.persistence.sqlite import SQLiteCheckpointer
+from statemachine_agent.policy.approval import Approve, Defer, Deny, Edit
 from statemachine_agent.policy.budget import Budget
 from statemachine_agent.policy.pricing import Price
 from statemachine_agent.tools.base import Tool, ToolCall, ToolOutcome
@@ -19,9 +22,14 @@ from statemachine_agent.tools.registry import ToolError, ToolRegistry
 __all__ = [
     "Agent",
     "AnthropicModel",
+    "Approve",
     "Budget",
     "CancelToken",
+    "Defer",
+    "Deny",
+    "Edit",
     "JsonlSink",
+    "MemoryCheckpointer",
     "MemorySink",
     "MissingAPIKeyError",
     "Model",
@@ -31,6 +39,7 @@ __all__ = [
     "Price",
     "Redactor",
     "RunResult",
+    "SQLiteCheckpointer",
     "ScriptedModel",
     "Tool",
     "ToolCall",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +21,14 @@ from statemachine_agent.effects.base import Effects, InProcessEffects
 from statemachine_agent.machine.context import AgentDeps, RunContext
 from statemachine_agent.machine.engine import CancelToken, Engine
 from statemachine_agent.machine.result import RunResult
+from statemachine_agent.machine.resume import prepare_resume
 from statemachine_agent.machine.run import RunRecord
 from statemachine_agent.machine.settings import RunSettings
 from statemachine_agent.models.base import DEFAULT_MAX_TOKENS, JSON, Model
+from statemachine_agent.persistence.base import Checkpointer, load_record
+from statemachine_agent.persistence.delta import CheckpointWriter
+from statemachine_agent.persistence.sqlite import SQLiteCheckpointer
+from statemachine_agent.policy.approval import ApprovalPolicy, Decision
 from statemachine_agent.policy.budget import Budget
 from statemachine_agent.policy.context import ContextPolicy
 from statemachine_agent.policy.pricing import DEFAULT_PRICES, Price, PriceTable
@@ -54,6 +59,9 @@ class Agent:
         context: ContextPolicy | None = None,
         max_continuations: int = 0,
         fallback_models: Sequence[Model | str] = (),
+        approval: ApprovalPolicy | None = None,
+        checkpointer: Checkpointer | None = None,
+        state_dir: str | Path | None = None,
         max_tokens: int = DEFAULT_MAX_TOKENS,
         audit_dir: str | Path | None = None,
         sinks: Sequence[AuditSink] = (),
@@ -81,6 +89,10 @@ class Agent:
             context: context management (result size, compaction, caching).
             max_continuations: times a text reply cut at max_tokens is continued.
             fallback_models: tried in order on overload or rate limit.
+            approval: decides on calls of tools with `requires_approval=True`
+                (`Approve`, `Deny`, `Edit` or `Defer`); without one they are deferred.
+            checkpointer: where each transition is checkpointed, so `resume` works.
+            state_dir: a folder for the default store (`<state_dir>/runs.sqlite3`).
             audit_dir: when given, each run's events go to `<audit_dir>/<run_id>.jsonl`.
             sinks: further audit sinks that receive every event of every run.
             prices: per-model prices, merged over the documented defaults.
@@ -113,6 +125,9 @@ class Agent:
             max_rejections=max_rejections,
             max_continuations=max_continuations,
         )
+        if checkpointer is None and state_dir is not None:
+            checkpointer = SQLiteCheckpointer(Path(state_dir) / "runs.sqlite3")
+        self.checkpointer = checkpointer
         self.audit_dir = Path(audit_dir) if audit_dir is not None else None
         self.sinks = list(sinks)
         self.prices = PriceTable({**DEFAULT_PRICES, **(prices or {})})
@@ -135,6 +150,8 @@ class Agent:
             fallback_models=tuple(fallbacks),
             critic=critic_model,
             verifier=verifier,
+            approval=approval,
+            checkpointer=checkpointer,
         )
         self._engine = Engine()
 
@@ -147,6 +164,7 @@ class Agent:
         *,
         history: Sequence[JSON] = (),
         cancel: CancelToken | None = None,
+        deadline: float | None = None,
         run_id: str | None = None,
     ) -> RunResult:
         """Run to an end state and return its result (blocking).
@@ -154,13 +172,9 @@ class Agent:
         Safe to call where an event loop is already running (a notebook, a
         framework callback): the run then happens on a worker thread.
         """
-        coro = self.arun(prompt, history=history, cancel=cancel, run_id=run_id)
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return asyncio.run(coro)
-        with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-            return pool.submit(asyncio.run, coro).result()
+        return _blocking(
+            self.arun(prompt, history=history, cancel=cancel, deadline=deadline, run_id=run_id)
+        )
 
     async def arun(
         self,
@@ -168,9 +182,14 @@ class Agent:
         *,
         history: Sequence[JSON] = (),
         cancel: CancelToken | None = None,
+        deadline: float | None = None,
         run_id: str | None = None,
     ) -> RunResult:
-        """Run to an end state and return its result."""
+        """Run to an end state and return its result.
+
+        `deadline` (seconds) cancels the run at the next boundary once it passes;
+        `cancel` lets the host cancel it from anywhere (`CancelToken.cancel()`).
+        """
         run_id = run_id or new_run_id()
         content: Any = prompt if isinstance(prompt, str) else [dict(b) for b in prompt]
         record = RunRecord(
@@ -180,17 +199,113 @@ class Agent:
             messages=[*(dict(m) for m in history), {"role": "user", "content": content}],
             turn=1 + sum(1 for m in history if _is_user_prompt(m)),
         )
+        return await self._drive(record, cancel=cancel, deadline=deadline)
+
+    def start(
+        self,
+        prompt: str | Sequence[JSON],
+        *,
+        history: Sequence[JSON] = (),
+        run_id: str | None = None,
+    ) -> RunHandle:
+        """Start a run as an asyncio task and return a handle to cancel or await it."""
+        handle_id = run_id or new_run_id()
+        token = CancelToken()
+        task = asyncio.ensure_future(
+            self.arun(prompt, history=history, cancel=token, run_id=handle_id)
+        )
+        return RunHandle(handle_id, token, task)
+
+    def resume(
+        self,
+        run_id: str,
+        *,
+        decisions: Mapping[str, Decision] | None = None,
+        cancel: CancelToken | None = None,
+    ) -> RunResult:
+        """Continue a checkpointed run (blocking); see `aresume`."""
+        return _blocking(self.aresume(run_id, decisions=decisions, cancel=cancel))
+
+    async def aresume(
+        self,
+        run_id: str,
+        *,
+        decisions: Mapping[str, Decision] | None = None,
+        cancel: CancelToken | None = None,
+    ) -> RunResult:
+        """Continue a run from its last checkpoint, in this process or any other.
+
+        A run that crashed carries on from the state it was in; one waiting for
+        approval continues at `act` with `decisions` (`Approve()`, `Deny(msg)`,
+        `Edit(input)` by tool_use id); a cancelled one carries on from where it
+        was cancelled. Recorded tool results are never executed again.
+        """
+        if self.checkpointer is None:
+            raise ValueError("resume needs a checkpointer: Agent(checkpointer=...) or state_dir=")
+        record = load_record(self.checkpointer, run_id)
+        refire = prepare_resume(record, decisions or {})
+        return await self._drive(record, cancel=cancel, refire=refire, resumed=True)
+
+    async def _drive(
+        self,
+        record: RunRecord,
+        *,
+        cancel: CancelToken | None,
+        deadline: float | None = None,
+        refire: str | None = None,
+        resumed: bool = False,
+    ) -> RunResult:
+        if deadline is not None:
+            cancel = cancel or CancelToken()
+            cancel.cancel_after(deadline)
         sinks: list[AuditSink] = list(self.sinks)
+        own: JsonlSink | None = None
         if self.audit_dir is not None:
-            record.audit_path = self.audit_dir / f"{run_id}.jsonl"
-            sinks.append(JsonlSink(record.audit_path))
-        emitter = Emitter(run_id, sinks=sinks, redactor=self.redactor, logger=self.logger)
+            record.audit_path = self.audit_dir / f"{record.run_id}.jsonl"
+            own = JsonlSink(record.audit_path)
+            sinks.append(own)
+        emitter = Emitter(record.run_id, sinks=sinks, redactor=self.redactor, logger=self.logger)
         ctx = RunContext(state=record, deps=self._deps, emitter=emitter)
+        if resumed:
+            ctx.writer = CheckpointWriter.resumed(record)
         try:
-            return await self._engine.drive(ctx, cancel=cancel)
+            return await self._engine.drive(
+                ctx,
+                cancel=cancel,
+                refire=refire,
+                resumed=resumed,
+            )
         finally:
-            if self.audit_dir is not None:
-                sinks[-1].close()
+            if own is not None:
+                own.close()
+
+
+class RunHandle:
+    """A run started with `Agent.start`: cancel it, or await its result."""
+
+    def __init__(self, run_id: str, token: CancelToken, task: asyncio.Future[RunResult]) -> None:
+        self.run_id = run_id
+        self._token = token
+        self._task = task
+
+    def cancel(self) -> None:
+        """Stop at the next transition boundary; the result ends in `cancelled`."""
+        self._token.cancel()
+
+    async def result(self) -> RunResult:
+        return await self._task
+
+    def __await__(self) -> Any:
+        return self._task.__await__()
+
+
+def _blocking(coro: Coroutine[Any, Any, RunResult]) -> RunResult:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coro).result()
 
 
 def new_run_id() -> str:

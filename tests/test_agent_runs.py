@@ -170,19 +170,24 @@ class TestEndStates:
 
     def test_api_error_fails_with_status_and_request_id(self) -> None:
         """A fatal model error names its class, status and request id."""
-        error = ModelError("invalid x-api-key", status=401, request_id="req_1",
-                           error_type="authentication_error")  # fmt: skip
+        error = ModelError(
+            "invalid x-api-key", status=401, request_id="req_1", error_type="authentication_error"
+        )
         result = agent_for([error]).run("q")
         assert_end_state(result, "failed")
         assert "status 401" in result.reason
         assert "req_1" in result.reason
-        assert result.details == {"error": "authentication_error", "status": 401,
-                                  "request_id": "req_1"}  # fmt: skip
+        assert result.details == {
+            "error": "authentication_error",
+            "status": 401,
+            "request_id": "req_1",
+        }
 
     def test_prompt_too_long_is_compacted_once_then_overflows(self) -> None:
         """The API's too-long answer triggers one compaction and retry, then context_overflow."""
-        error = ModelError("prompt is too long: 210000 tokens > 200000 maximum", status=400,
-                           context_exceeded=True)  # fmt: skip
+        error = ModelError(
+            "prompt is too long: 210000 tokens > 200000 maximum", status=400, context_exceeded=True
+        )
         model = ScriptedModel([error, error])
         result = Agent(model, tools=[calculate]).run("q")
         assert_path(result, ["perceive", "reason", "perceive", "reason", "context_overflow"])
@@ -218,10 +223,14 @@ class TestEndStates:
     def test_pause_turn_continues_the_same_message(self) -> None:
         """A paused turn is sent back and continued; the history keeps alternating roles."""
         paused = replies.reply(
-            {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search",
-             "input": {"query": "x"}},
+            {
+                "type": "server_tool_use",
+                "id": "srvtoolu_1",
+                "name": "web_search",
+                "input": {"query": "x"},
+            },
             stop_reason="pause_turn",
-        )  # fmt: skip
+        )
         model = ScriptedModel([paused, replies.text("found it")])
         result = Agent(model, tools=[calculate]).run("search")
         assert_path(result, ["perceive", "reason", "perceive", "reason", "completed"])

@@ -61,10 +61,12 @@ class TestPricing:
                 "input_tokens": 0,
                 "output_tokens": 0,
                 "cache_creation_input_tokens": 3_000,
-                "cache_creation": {"ephemeral_5m_input_tokens": 1_000,
-                                   "ephemeral_1h_input_tokens": 2_000},
+                "cache_creation": {
+                    "ephemeral_5m_input_tokens": 1_000,
+                    "ephemeral_1h_input_tokens": 2_000,
+                },
             }
-        )  # fmt: skip
+        )
         assert usage.cache_write_5m_tokens == 1_000
         assert usage.cache_write_1h_tokens == 2_000
         cost = Price(input=3.0, output=15.0).cost(usage)
@@ -104,8 +106,9 @@ class TestLimits:
         """The run stops before the call that would go past the cost limit."""
         usage = {"input_tokens": 100_000, "output_tokens": 10_000}  # $0.45 a call
         script = [*looping_script(10, usage), replies.text("summary")]
-        result = Agent(ScriptedModel(script), tools=[calculate],
-                       budget=Budget(max_cost_usd=1.0)).run("q")  # fmt: skip
+        result = Agent(
+            ScriptedModel(script), tools=[calculate], budget=Budget(max_cost_usd=1.0)
+        ).run("q")
         assert_end_state(result, "budget_exhausted")
         assert "cost $1.35 >= $1.00 after 3 iterations" in result.reason
         assert result.iterations == 3
@@ -113,8 +116,9 @@ class TestLimits:
     def test_token_limit(self) -> None:
         """Total tokens (cached ones included) count towards max_total_tokens."""
         script = [*looping_script(10), replies.text("summary")]
-        result = Agent(ScriptedModel(script), tools=[calculate],
-                       budget=Budget(max_total_tokens=40)).run("q")  # fmt: skip
+        result = Agent(
+            ScriptedModel(script), tools=[calculate], budget=Budget(max_total_tokens=40)
+        ).run("q")
         assert "tokens 45 >= 40 after 3 iterations" in result.reason
 
     def test_wall_time_limit(self) -> None:
@@ -145,9 +149,12 @@ class TestLimits:
             stall=None,
         ).run("q")
         results = [
-            b for m in result.messages if m["role"] == "user" and isinstance(m["content"], list)
-            for b in m["content"] if b.get("type") == "tool_result"
-        ]  # fmt: skip
+            b
+            for m in result.messages
+            if m["role"] == "user" and isinstance(m["content"], list)
+            for b in m["content"]
+            if b.get("type") == "tool_result"
+        ]
         assert [b.get("is_error", False) for b in results] == [False, False, True, True]
         assert "limit of 2 calls" in results[2]["content"]
         assert_end_state(result, "budget_exhausted")
@@ -168,8 +175,9 @@ class TestSalvage:
         """The salvage request sends tools with tool_choice none and the same system prompt."""
         script = [*looping_script(2), replies.text("Found 1+1=2; left: the rest.")]
         model = ScriptedModel(script)
-        result = Agent(model, tools=[calculate], system="Be exact.",
-                       budget=Budget(max_iterations=2)).run("q")  # fmt: skip
+        result = Agent(
+            model, tools=[calculate], system="Be exact.", budget=Budget(max_iterations=2)
+        ).run("q")
         assert_fired(result, "perceive", "prepared", "budget_exhausted")
         assert result.text == "Found 1+1=2; left: the rest."
         salvage = model.requests[-1]
@@ -190,16 +198,18 @@ class TestSalvage:
     def test_salvage_can_be_switched_off(self) -> None:
         """With salvage off, no further model call is made."""
         model = ScriptedModel(looping_script(3))
-        result = Agent(model, tools=[calculate],
-                       budget=Budget(max_iterations=2, salvage=False)).run("q")  # fmt: skip
+        result = Agent(
+            model, tools=[calculate], budget=Budget(max_iterations=2, salvage=False)
+        ).run("q")
         assert len(model.requests) == 2
         assert result.details is None
 
     def test_salvage_failure_still_ends_by_name(self) -> None:
         """A salvage call that fails leaves the run in budget_exhausted with the error noted."""
         script: list[Any] = [*looping_script(1), ModelError("overloaded", status=529)]
-        result = Agent(ScriptedModel(script), tools=[calculate],
-                       budget=Budget(max_iterations=1)).run("q")  # fmt: skip
+        result = Agent(
+            ScriptedModel(script), tools=[calculate], budget=Budget(max_iterations=1)
+        ).run("q")
         assert_end_state(result, "budget_exhausted")
         assert result.details is not None
         assert "overloaded" in result.details["salvage"]["error"]

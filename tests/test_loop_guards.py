@@ -83,8 +83,9 @@ class TestStall:
 
     def test_stall_detection_can_be_switched_off(self) -> None:
         """stall=None never intervenes."""
-        result = Agent(ScriptedModel([*same_search(4), replies.text("x")]), tools=[search],
-                       stall=None).run("q")  # fmt: skip
+        result = Agent(
+            ScriptedModel([*same_search(4), replies.text("x")]), tools=[search], stall=None
+        ).run("q")
         assert "intervene" not in path(result)
 
 
@@ -143,16 +144,18 @@ class TestVerifier:
     def test_finish_with_failed_status_is_not_a_claim(self) -> None:
         """finish(status='failed') ends at once: there is nothing to verify."""
         done = replies.tool_use("finish", {"status": "failed", "summary": "no access"})
-        result = Agent(ScriptedModel([done]), tools=[finish],
-                       verifier=lambda c: Verdict(ok=False)).run("q")  # fmt: skip
+        result = Agent(
+            ScriptedModel([done]), tools=[finish], verifier=lambda c: Verdict(ok=False)
+        ).run("q")
         assert_end_state(result, "finished")
         assert_not_fired(result, "observe", "observed", "verify")
 
     def test_too_many_rejections_fail_with_last_feedback(self) -> None:
         """Past max_rejections the run fails, citing the verifier."""
         model = ScriptedModel([replies.text(f"try {i}") for i in range(5)])
-        result = Agent(model, verifier=lambda c: Verdict(False, "tests fail"),
-                       max_rejections=1).run("q")  # fmt: skip
+        result = Agent(
+            model, verifier=lambda c: Verdict(False, "tests fail"), max_rejections=1
+        ).run("q")
         assert_fired(result, "verify", "verified", "failed")
         assert "rejected the result 2 times; last: tests fail" in result.reason
 
@@ -198,8 +201,13 @@ class TestContext:
         result = Agent(model, tools=[page], context=policy, sinks=[sink]).run("q")
         assert_end_state(result, "completed")
         last = model.requests[-1].messages
-        results = [b for m in last if m["role"] == "user" and isinstance(m["content"], list)
-                   for b in m["content"] if b["type"] == "tool_result"]  # fmt: skip
+        results = [
+            b
+            for m in last
+            if m["role"] == "user" and isinstance(m["content"], list)
+            for b in m["content"]
+            if b["type"] == "tool_result"
+        ]
         assert all(r["content"].startswith("[Earlier tool result removed") for r in results[:-1])
         assert results[-1]["content"].startswith("page 3")
         assert any(e["event"] == "context.compacted" for e in sink.events)
@@ -262,8 +270,9 @@ class TestFallbacks:
     def test_overload_falls_back_to_the_next_model(self) -> None:
         """An overloaded primary (after SDK retries) hands the call to a fallback model."""
         primary = ScriptedModel([ModelError("overloaded", status=529, retryable=True)])
-        backup = ScriptedModel([replies.text("from haiku", model="claude-haiku-4-5")],
-                               name="claude-haiku-4-5")  # fmt: skip
+        backup = ScriptedModel(
+            [replies.text("from haiku", model="claude-haiku-4-5")], name="claude-haiku-4-5"
+        )
         sink = MemorySink()
         result = Agent(primary, fallback_models=[backup], sinks=[sink]).run("q")
         assert result.text == "from haiku"

@@ -85,6 +85,10 @@ def _retried(run: RunRecord) -> None:
     run.overflow_retried = True
 
 
+def _awaiting(run: RunRecord) -> None:
+    run.awaiting = ["toolu_1"]
+
+
 def _fatal(run: RunRecord) -> None:
     run.fatal_tool = "deploy"
 
@@ -150,6 +154,7 @@ ARRANGEMENTS: dict[tuple[str, str, str, tuple[str, ...]], Arrange] = {
     ("reason", "model_failed", "failed", ()): _error(False),
     ("act", "tools_done", "cancelled", ("cancel_requested",)): _cancel,
     ("act", "tools_done", "failed", ("tool_failed_fatally",)): _fatal,
+    ("act", "tools_done", "awaiting_approval", ("approval_pending",)): _awaiting,
     ("act", "tools_done", "observe", ()): _nothing,
     ("observe", "observed", "cancelled", ("cancel_requested",)): _cancel,
     ("observe", "observed", "verify", ("finish_claims_success", "verifier_configured")): _with(

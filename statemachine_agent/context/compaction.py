@@ -32,29 +32,35 @@ def estimate_tokens(messages: Sequence[JSON], *extra: Any) -> int:
     return size // CHARS_PER_TOKEN
 
 
-def _result_blocks(messages: Sequence[JSON]) -> list[JSON]:
-    blocks: list[JSON] = []
-    for message in messages:
+def _result_blocks(messages: Sequence[JSON]) -> list[tuple[int, JSON]]:
+    """Every tool_result block with the index of its message."""
+    blocks: list[tuple[int, JSON]] = []
+    for index, message in enumerate(messages):
         content = message.get("content")
         if message.get("role") != "user" or not isinstance(content, list):
             continue
-        blocks.extend(b for b in content if isinstance(b, dict) and b.get("type") == "tool_result")
+        blocks.extend(
+            (index, b) for b in content if isinstance(b, dict) and b.get("type") == "tool_result"
+        )
     return blocks
 
 
-def compact_tool_results(messages: list[JSON], keep_last: int) -> int:
+def compact_tool_results(messages: list[JSON], keep_last: int) -> tuple[int, int | None]:
     """Replace all but the last `keep_last` tool results with a placeholder, in place.
 
-    Returns how many results were replaced (0 when there was nothing to gain).
+    Returns how many results were replaced and the index of the first message
+    changed (None when nothing was), so a checkpoint can store just the change.
     """
     blocks = _result_blocks(messages)
     old = blocks[: max(len(blocks) - keep_last, 0)]
     replaced = 0
-    for block in old:
+    first: int | None = None
+    for index, block in old:
         content = block.get("content")
         if isinstance(content, str) and content.startswith("[Earlier tool result removed"):
             continue
         chars = len(content) if isinstance(content, str) else len(json.dumps(content, default=str))
         block["content"] = PLACEHOLDER.format(chars=chars)
         replaced += 1
-    return replaced
+        first = index if first is None else min(first, index)
+    return replaced, first

@@ -9,7 +9,7 @@ a step it can replay. `InProcessEffects` is the default: call things directly.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from statemachine_agent.models.base import Model, ModelReply, ModelRequest
@@ -21,7 +21,10 @@ class Effects(Protocol):
     async def call_model(self, model: Model, request: ModelRequest) -> ModelReply: ...
 
     async def run_tools(
-        self, registry: ToolRegistry, calls: Sequence[ToolCall]
+        self,
+        registry: ToolRegistry,
+        calls: Sequence[ToolCall],
+        on_outcome: Callable[[ToolCall, ToolOutcome], None] | None = None,
     ) -> list[ToolOutcome]: ...
 
     def monotonic(self) -> float: ...
@@ -34,9 +37,12 @@ class InProcessEffects:
         return await model.acomplete(request)
 
     async def run_tools(
-        self, registry: ToolRegistry, calls: Sequence[ToolCall]
+        self,
+        registry: ToolRegistry,
+        calls: Sequence[ToolCall],
+        on_outcome: Callable[[ToolCall, ToolOutcome], None] | None = None,
     ) -> list[ToolOutcome]:
-        return await registry.execute_all(calls)
+        return await registry.execute_all(calls, on_outcome)
 
     def monotonic(self) -> float:
         return time.monotonic()

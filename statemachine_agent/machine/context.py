@@ -15,6 +15,9 @@ from statemachine_agent.audit.events import Emitter
 from statemachine_agent.effects.base import Effects
 from statemachine_agent.machine.run import RunRecord
 from statemachine_agent.models.base import Model, ModelRequest
+from statemachine_agent.persistence.base import Checkpointer
+from statemachine_agent.persistence.delta import CheckpointWriter
+from statemachine_agent.policy.approval import ApprovalPolicy
 from statemachine_agent.policy.context import ContextPolicy
 from statemachine_agent.policy.pricing import PriceTable
 from statemachine_agent.policy.verify import Claim, Verdict
@@ -39,6 +42,8 @@ class AgentDeps:
     """Tried in order when the model is overloaded or rate-limited after the SDK's retries."""
     critic: Model | None = None
     verifier: Callable[[Claim], Verdict | Awaitable[Verdict]] | None = None
+    approval: ApprovalPolicy | None = None
+    checkpointer: Checkpointer | None = None
 
 
 @dataclass(slots=True)
@@ -51,3 +56,25 @@ class RunContext:
     started_at: float = 0.0
     request: ModelRequest | None = None
     """The request `perceive` built for the next `reason`."""
+    writer: CheckpointWriter | None = None
+    checkpoint_error: str | None = None
+    """Why checkpointing failed; the engine then ends the run in `failed`."""
+
+    def checkpoint(self) -> None:
+        """Append what changed since the last checkpoint (no-op without a checkpointer).
+
+        Never raises: a record that cannot be stored (a value JSON cannot hold,
+        a store that is down) is noted, checkpointing stops, and the engine ends
+        the run by name instead of carrying on without durability.
+        """
+        store = self.deps.checkpointer
+        if store is None or self.checkpoint_error is not None:
+            return
+        if self.writer is None:
+            self.writer = CheckpointWriter()
+        try:
+            store.append(self.state.run_id, self.writer.delta(self.state))
+        except Exception as exc:
+            self.checkpoint_error = f"{type(exc).__name__}: {exc}"
+            self.emitter.emit("checkpoint.failed", state=self.state.state,
+                              error=self.checkpoint_error)  # fmt: skip

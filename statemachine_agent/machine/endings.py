@@ -168,9 +168,21 @@ async def cancelled(ctx: RunContext) -> Ending:
     )
 
 
-async def _reserved(ctx: RunContext) -> Ending:
-    """States whose features are not wired yet cannot be entered; say so if they are."""
-    return Ending("", f"entered reserved end state {ctx.state.state!r}")
+async def awaiting_approval(ctx: RunContext) -> Ending:
+    """List the calls waiting for a decision; `Agent.resume` continues with the answers."""
+    run = ctx.state
+    waiting = set(run.awaiting)
+    pending = [
+        {"tool_use_id": c.id, "name": c.name, "input": c.input}
+        for c in run.pending_calls
+        if c.id in waiting
+    ]
+    names = ", ".join(sorted({p["name"] for p in pending}))
+    return Ending(
+        _last_text(ctx),
+        f"waiting for approval of {len(pending)} tool call(s): {names}",
+        details={"pending": pending},
+    )
 
 
 ENDINGS: Mapping[str, Handler] = {
@@ -183,5 +195,5 @@ ENDINGS: Mapping[str, Handler] = {
     "context_overflow": context_overflow,
     "failed": failed,
     "cancelled": cancelled,
-    "awaiting_approval": _reserved,
+    "awaiting_approval": awaiting_approval,
 }

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 import traceback
 from collections.abc import Mapping
 from typing import Any, Protocol
@@ -32,8 +33,9 @@ from statemachine_agent.phases.reason import Reason
 from statemachine_agent.phases.reflect import Reflect
 from statemachine_agent.phases.verify import Verify
 
-KEEPS_PENDING_CALLS = frozenset({"awaiting_approval"})
-"""End states whose unanswered tool calls are meant to be answered later."""
+RESUMABLE_STATES = frozenset({"awaiting_approval", "cancelled"})
+"""End states a run can be resumed from; their unanswered tool calls stay open in
+the record (the result's copy of a cancelled run's history closes them)."""
 
 
 class MachineDefinitionError(RuntimeError):
@@ -135,22 +137,45 @@ class Engine:
             cost_usd=run.cost_usd,
         )
         run.trail.append(record)
+        if run.state == "cancelled":
+            run.cancelled_at = (source, trigger)
         ctx.emitter.emit("transition.fired", **record.to_dict())
+        ctx.checkpoint()
         return record
 
-    async def drive(self, ctx: RunContext, *, cancel: CancelToken | None = None) -> RunResult:
-        """Run phases and fire their triggers until an end state, then run its handler."""
+    async def drive(
+        self,
+        ctx: RunContext,
+        *,
+        cancel: CancelToken | None = None,
+        refire: str | None = None,
+        resumed: bool = False,
+    ) -> RunResult:
+        """Run phases and fire their triggers until an end state, then run its handler.
+
+        `refire` fires a trigger before running any phase: a resumed run whose
+        last phase had already done its work (recorded in the record) carries on
+        from that phase's outcome instead of doing the work twice.
+        """
         run = ctx.state
         ctx.started_at = ctx.deps.effects.monotonic() - run.elapsed_s
-        ctx.emitter.emit(
-            "run.started",
-            state=run.state,
-            model=ctx.deps.model.name,
-            messages=list(run.messages),
-            budget=_budget_fields(run),
-        )
+        fields = {
+            "state": run.state,
+            "model": ctx.deps.model.name,
+            "system": ctx.deps.system,
+            "tools": ctx.deps.tools.definitions(),
+            "messages": list(run.messages),
+            "budget": _budget_fields(run),
+        }
+        if resumed:
+            ctx.emitter.emit("run.resumed", **fields, seq=run.seq, refire=refire)
+        else:
+            ctx.emitter.emit("run.started", **fields)
+            ctx.checkpoint()
+        trigger = refire
         while run.state not in END_STATES:
-            trigger = await self._step(ctx, cancel)
+            if trigger is None:
+                trigger = await self._step(ctx, cancel)
             run.elapsed_s = ctx.deps.effects.monotonic() - ctx.started_at
             if cancel is not None and cancel.cancelled:
                 run.cancel_requested = True
@@ -159,6 +184,10 @@ class Engine:
             except MachineDefinitionError as exc:
                 run.error = RunError(kind="MachineDefinitionError", message=str(exc))
                 self.fire(ctx, "crashed")
+            if ctx.checkpoint_error is not None and run.state not in END_STATES:
+                run.error = RunError(kind="CheckpointError", message=ctx.checkpoint_error)
+                self.fire(ctx, "crashed")
+            trigger = None
         return await self._end(ctx)
 
     async def _step(self, ctx: RunContext, cancel: CancelToken | None) -> str:
@@ -179,14 +208,19 @@ class Engine:
     async def _end(self, ctx: RunContext) -> RunResult:
         run = ctx.state
         handler = ENDINGS[run.state]
-        if run.state not in KEEPS_PENDING_CALLS:
+        if run.state not in RESUMABLE_STATES:
             closed = close_pending(run.messages, f"the run ended ({run.state})")
             if closed:
                 ctx.emitter.emit("tool.skipped", count=closed, end_state=run.state)
+                ctx.checkpoint()
         try:
             ending = await handler(ctx)
         except Exception as exc:
             ending = Ending("", f"the {run.state} handler failed: {_describe_defect(exc)}")
+        ctx.checkpoint()
+        messages = [dict(m) for m in run.messages]
+        if run.state == "cancelled":
+            close_pending(messages, "the run was cancelled")
         run.elapsed_s = ctx.deps.effects.monotonic() - ctx.started_at
         result = RunResult(
             end_state=run.state,
@@ -198,7 +232,7 @@ class Engine:
             usage=run.usage,
             cost_usd=run.cost_usd,
             elapsed_s=run.elapsed_s,
-            messages=list(run.messages),
+            messages=messages,
             trail=tuple(run.trail),
             data=ending.data,
             audit_path=run.audit_path,
@@ -249,6 +283,12 @@ class CancelToken:
     @property
     def cancelled(self) -> bool:
         return self._cancelled
+
+    def cancel_after(self, seconds: float) -> None:
+        """Cancel once `seconds` have passed (a deadline for the run)."""
+        timer = threading.Timer(seconds, self.cancel)
+        timer.daemon = True
+        timer.start()
 
     def cancel(self) -> None:
         self._cancelled = True

@@ -137,6 +137,11 @@ def can_compact(run: RunRecord) -> bool:
     return run.settings.context.retry_on_overflow and not run.overflow_retried
 
 
+def approval_pending(run: RunRecord) -> bool:
+    """Some tool calls wait for a human decision."""
+    return bool(run.awaiting)
+
+
 def tool_failed_fatally(run: RunRecord) -> bool:
     """A tool configured to fail the run (on_error='fail') failed."""
     return run.fatal_tool is not None
@@ -194,6 +199,7 @@ GUARDS: Mapping[str, Guard] = {
         can_continue,
         can_compact,
         tool_failed_fatally,
+        approval_pending,
         stall_detected,
         stall_persists,
         reflection_due,

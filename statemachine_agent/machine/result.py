@@ -44,7 +44,13 @@ class RunResult:
 
     @property
     def path(self) -> list[str]:
-        """The states visited, in order, starting state first."""
+        """The states visited, in order, starting state first (a resumed run's
+        end state is followed by the state it carried on from)."""
         if not self.trail:
             return []
-        return [self.trail[0].source, *(t.dest for t in self.trail)]
+        states = [self.trail[0].source]
+        for step in self.trail:
+            if step.source != states[-1]:
+                states.append(step.source)  # a resumed run carries on from here
+            states.append(step.dest)
+        return states

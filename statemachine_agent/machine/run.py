@@ -125,6 +125,16 @@ class RunRecord:
     """Text of replies cut at max_tokens and continued, to prefix the final answer."""
     overflow_retried: bool = False
     compactions: int = 0
+    awaiting: list[str] = field(default_factory=list)
+    """tool_use ids whose approval was deferred to a human."""
+    decisions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Approval decisions brought by `resume`, by tool_use id, not yet applied."""
+    cancelled_at: tuple[str, str] | None = None
+    """(state, trigger) that led to `cancelled`, so a resumed run carries on from there."""
+    chat_ended: bool = False
+    """The model called `end_chat`: the conversation around this run should stop."""
+    dirty_from: int | None = None
+    """The first message rewritten in place since the last checkpoint (by compaction)."""
     trail: list[TransitionRecord] = field(default_factory=list)
     audit_path: Path | None = None
     notes: dict[str, Any] = field(default_factory=dict)

@@ -37,9 +37,7 @@ END_STATES: tuple[str, ...] = (
 STATES: tuple[str, ...] = WORKING_STATES + HELPER_STATES + END_STATES
 INITIAL_STATE = "perceive"
 
-RESERVED_STATES: dict[str, str] = {
-    "awaiting_approval": "tools that need human approval (durable runs issue)",
-}
+RESERVED_STATES: dict[str, str] = {}
 """States declared for the contract but not yet reachable, with the reason."""
 
 
@@ -112,6 +110,8 @@ ROWS: tuple[Row, ...] = (
         "Cancelled while tools ran; their outcomes are kept."),
     Row("act", "tools_done", "failed", ("tool_failed_fatally",),
         "A tool configured with on_error='fail' failed."),
+    Row("act", "tools_done", "awaiting_approval", ("approval_pending",),
+        "Calls wait for a human; the run pauses, checkpointed, until resumed."),
     Row("act", "tools_done", "observe", (),
         "Every tool call has an outcome (errors included)."),
     # observe: the results are in the history; continue or stop.

@@ -3,12 +3,25 @@
 Whatever a tool does (raise, hang, return nothing or too much), each call ends
 with an outcome; failures go back to the model flagged `is_error`, so it can
 correct itself instead of the loop crashing. Calls past a per-tool limit are
-answered without running, with the limit in the answer.
+answered without running, calls needing approval are put to the approval
+policy first, and each outcome is recorded (and checkpointed) the moment it
+exists, so a resumed run never executes a recorded call again.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
+
 from statemachine_agent.machine.context import RunContext
+from statemachine_agent.policy.approval import (
+    Approve,
+    Defer,
+    Deny,
+    Edit,
+    PolicyAnswer,
+    decision_from_plain,
+)
 from statemachine_agent.tools.base import ToolCall, ToolOutcome
 
 
@@ -19,27 +32,27 @@ class Act:
 
     async def run(self, ctx: RunContext) -> str:
         run, deps = ctx.state, ctx.deps
-        calls = list(run.pending_calls)
-        allowed: list[ToolCall] = []
-        blocked: dict[str, ToolOutcome] = {}
-        for call in calls:
-            ctx.emitter.emit(
-                "tool.called",
-                iteration=run.iteration,
-                tool=call.name,
-                tool_use_id=call.id,
-                input=call.input,
-            )
+        done = {outcome.tool_use_id for outcome in run.outcomes}
+        run.awaiting = []
+        to_run: list[ToolCall] = []
+        for call in run.pending_calls:
+            if call.id in done:
+                continue
+            ctx.emitter.emit("tool.called", iteration=run.iteration, tool=call.name,
+                             tool_use_id=call.id, input=call.input)  # fmt: skip
             refusal = self._over_limit(ctx, call)
-            if refusal is None:
-                allowed.append(call)
-            else:
-                blocked[call.id] = refusal
-        ran = iter(await deps.effects.run_tools(deps.tools, allowed))
-        outcomes = [blocked.get(call.id) or next(ran) for call in calls]
-        for call, outcome in zip(calls, outcomes, strict=True):
-            self._record(ctx, call, outcome)
-        run.outcomes = outcomes
+            if refusal is not None:
+                self._record(ctx, call, refusal)
+                continue
+            cleared = await self._approve(ctx, call)
+            if isinstance(cleared, ToolOutcome):
+                self._record(ctx, call, cleared)
+            elif cleared is not None:
+                to_run.append(cleared)
+        keyed = [dataclasses.replace(c, idempotency_key=f"{run.run_id}:{c.id}") for c in to_run]
+        await deps.effects.run_tools(deps.tools, keyed, lambda c, o: self._record(ctx, c, o))
+        order = {call.id: i for i, call in enumerate(run.pending_calls)}
+        run.outcomes.sort(key=lambda o: order.get(o.tool_use_id, len(order)))
         return self.trigger
 
     def _over_limit(self, ctx: RunContext, call: ToolCall) -> ToolOutcome | None:
@@ -62,7 +75,38 @@ class Act:
         run.calls_per_tool[call.name] = used + 1
         return None
 
+    async def _approve(self, ctx: RunContext, call: ToolCall) -> ToolCall | ToolOutcome | None:
+        """The call to run (maybe edited), a denial to answer with, or None if deferred."""
+        run, deps = ctx.state, ctx.deps
+        tool = deps.tools.get(call.name)
+        if tool is None or not tool.requires_approval:
+            return call
+        answer: PolicyAnswer
+        if call.id in run.decisions:
+            answer = decision_from_plain(run.decisions.pop(call.id))
+            source = "resume"
+        elif deps.approval is not None:
+            reply = deps.approval(call)
+            answer = await reply if inspect.isawaitable(reply) else reply
+            source = "policy"
+        else:
+            answer, source = Defer(), "default"
+        ctx.emitter.emit("approval.decided", iteration=run.iteration, tool=call.name,
+                         tool_use_id=call.id, decision=type(answer).__name__.lower(),
+                         source=source)  # fmt: skip
+        if isinstance(answer, Approve):
+            return call
+        if isinstance(answer, Edit):
+            return dataclasses.replace(call, input=dict(answer.input))
+        if isinstance(answer, Deny):
+            return ToolOutcome(tool_use_id=call.id, name=call.name, content=answer.message,
+                               is_error=True, error_kind="denied")  # fmt: skip
+        run.calls_per_tool[call.name] = run.calls_per_tool.get(call.name, 1) - 1
+        run.awaiting.append(call.id)
+        return None
+
     def _record(self, ctx: RunContext, call: ToolCall, outcome: ToolOutcome) -> None:
+        """Keep the outcome (without its raw value, which need not be JSON) and checkpoint."""
         run = ctx.state
         fields = {
             "iteration": run.iteration,
@@ -79,9 +123,13 @@ class Act:
             if outcome.fatal and run.fatal_tool is None:
                 run.fatal_tool = call.name
                 run.notes["fatal_tool_error"] = outcome.content
-            return
-        ctx.emitter.emit("tool.finished", **fields)
-        tool = ctx.deps.tools.get(call.name)
-        if tool is not None and tool.ends_run and run.finish is None:
-            data = outcome.data
-            run.finish = data if isinstance(data, dict) else {"result": data}
+        else:
+            ctx.emitter.emit("tool.finished", **fields)
+            tool = ctx.deps.tools.get(call.name)
+            if tool is not None and tool.ends_run and run.finish is None:
+                data = outcome.data
+                run.finish = data if isinstance(data, dict) else {"result": data}
+            if call.name == "end_chat":
+                run.chat_ended = True
+        run.outcomes.append(dataclasses.replace(outcome, data=None))
+        ctx.checkpoint()

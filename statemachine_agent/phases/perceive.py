@@ -58,9 +58,11 @@ class Perceive:
         if forced:
             run.overflow_retried = True
         before = estimate_tokens(run.messages)
-        replaced = compact_tool_results(run.messages, keep)
+        replaced, first = compact_tool_results(run.messages, keep)
         if replaced:
             run.compactions += 1
+        if first is not None:
+            run.dirty_from = first if run.dirty_from is None else min(run.dirty_from, first)
         ctx.emitter.emit(
             "context.compacted",
             iteration=run.iteration,

@@ -12,6 +12,7 @@ from dataclasses import replace
 from statemachine_agent.machine.context import RunContext
 from statemachine_agent.machine.run import RunError
 from statemachine_agent.models.base import JSON, ModelError, ModelReply, ModelRequest
+from statemachine_agent.phases.perceive import build_request
 from statemachine_agent.tools.base import ToolCall
 
 
@@ -20,9 +21,7 @@ class Reason:
 
     async def run(self, ctx: RunContext) -> str:
         run, _deps = ctx.state, ctx.deps
-        request = ctx.request
-        if request is None:
-            raise RuntimeError("reason entered without a request from perceive")
+        request = ctx.request or build_request(ctx)
         ctx.emitter.emit(
             "model.requested",
             iteration=run.iteration + 1,

@@ -16,7 +16,13 @@ from typing import Any, Literal, get_args
 
 JSON = dict[str, Any]
 
-ErrorKind = Literal["unknown_tool", "invalid_input", "raised", "timeout", "limit", "not_run"]
+ErrorKind = Literal[
+    "unknown_tool", "invalid_input", "raised", "timeout", "limit", "not_run", "denied"
+]
+
+IDEMPOTENCY_PARAM = "idempotency_key"
+"""A handler parameter of this name receives the call's stable idempotency key
+(`<run_id>:<tool_use_id>`) instead of a value from the model."""
 
 OnError = Literal["return", "fail", "retry"]
 """What a tool's failure (it raised, or timed out) does; see `Tool.on_error`."""
@@ -74,12 +80,13 @@ class Tool:
     handler's thread keeps running, so a retried hang can pile up threads.
     """
     side_effect: bool = False
-    """The tool changes the world (sends, writes, pays). Only recorded for now, so
-    declarations can already say it; not yet acted upon (e.g. not checked before
-    retrying, which repeats the side effect)."""
+    """The tool changes the world (sends, writes, pays). Its recorded result is never
+    re-executed on resume, and a handler with an `idempotency_key` parameter gets a
+    key stable across retries and resumes, so it can refuse to act twice. (A retry
+    under `on_error="retry"` repeats the call with the same key.)"""
     requires_approval: bool = False
-    """A human should approve each call before it runs. Only recorded for now; not
-    yet enforced: the call runs without asking."""
+    """Each call is put to the agent's approval policy (by default: deferred to a
+    human, the run pausing in `awaiting_approval`) before it runs."""
     untrusted: bool = False
     """The tool returns outside content (web pages, e-mails, scraped text).
 
@@ -139,6 +146,8 @@ class ToolCall:
     name: str
     input: Any
     """Usually a dict; anything else is rejected by validation, not by a crash."""
+    idempotency_key: str = ""
+    """`<run_id>:<tool_use_id>`, set by the engine; passed to handlers that ask for it."""
 
     @classmethod
     def from_block(cls, block: Mapping[str, Any]) -> ToolCall:

@@ -17,7 +17,7 @@ from typing import Any, TypedDict, cast, overload
 import docstring_parser
 import pydantic
 
-from .base import DEFAULT_RETRY_ON, DEFAULT_TOOL_TIMEOUT, JSON, OnError, Tool
+from .base import DEFAULT_RETRY_ON, DEFAULT_TOOL_TIMEOUT, IDEMPOTENCY_PARAM, JSON, OnError, Tool
 
 __all__ = ["TOOL_NAME_PATTERN", "schema_from_function", "tool"]
 
@@ -210,6 +210,11 @@ def schema_from_function(
         prop = properties.get(param.arg_name)
         if isinstance(prop, dict) and param.description and "description" not in prop:
             prop["description"] = param.description.strip()
+    properties.pop(IDEMPOTENCY_PARAM, None)
+    if IDEMPOTENCY_PARAM in schema.get("required", []):
+        schema["required"] = [r for r in schema["required"] if r != IDEMPOTENCY_PARAM]
+        if not schema["required"]:
+            del schema["required"]
     schema["additionalProperties"] = False
     return schema
 

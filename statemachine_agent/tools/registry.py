@@ -28,7 +28,7 @@ from typing import Any
 import jsonschema
 import pydantic
 
-from .base import JSON, ErrorKind, Tool, ToolCall, ToolOutcome
+from .base import IDEMPOTENCY_PARAM, JSON, ErrorKind, Tool, ToolCall, ToolOutcome
 from .decorator import TOOL_NAME_PATTERN
 
 __all__ = ["EMPTY_RESULT", "UNTRUSTED_TAG", "ToolError", "ToolRegistry", "wrap_untrusted"]
@@ -136,17 +136,29 @@ class ToolRegistry:
         outcome = self._guard_untrusted(outcome)
         return dataclasses.replace(outcome, duration_s=time.perf_counter() - start)
 
-    async def execute_all(self, calls: Sequence[ToolCall]) -> list[ToolOutcome]:
+    async def execute_all(
+        self,
+        calls: Sequence[ToolCall],
+        on_outcome: Callable[[ToolCall, ToolOutcome], None] | None = None,
+    ) -> list[ToolOutcome]:
         """Answer every call of one reply, in the order of the calls.
 
         Consecutive non-sequential calls run concurrently; a `sequential`
-        tool's call waits for the batch before it and runs alone.
+        tool's call waits for the batch before it and runs alone. `on_outcome`
+        hears of each outcome as soon as it exists (the engine records it, so
+        a crash later in the batch does not run this call again).
         """
         outcomes: list[ToolOutcome | None] = [None] * len(calls)
         batch: list[int] = []
 
+        async def one(call: ToolCall) -> ToolOutcome:
+            outcome = await self.execute(call)
+            if on_outcome is not None:
+                on_outcome(call, outcome)
+            return outcome
+
         async def flush() -> None:
-            results = await asyncio.gather(*(self.execute(calls[i]) for i in batch))
+            results = await asyncio.gather(*(one(calls[i]) for i in batch))
             for i, outcome in zip(batch, results, strict=True):
                 outcomes[i] = outcome
             batch.clear()
@@ -155,7 +167,7 @@ class ToolRegistry:
             known = self._tools.get(call.name)
             if known is not None and known.sequential:
                 await flush()
-                outcomes[index] = await self.execute(call)
+                outcomes[index] = await one(call)
             else:
                 batch.append(index)
         await flush()
@@ -186,7 +198,7 @@ class ToolRegistry:
         while True:
             attempt += 1
             try:
-                value = await _run_handler(found, call.input)
+                value = await _run_handler(found, call)
             except _HandlerTimeoutError:
                 failure = _Failure(
                     "timeout",
@@ -340,8 +352,10 @@ def wrap_untrusted(content: str, source: str) -> str:
     )
 
 
-async def _run_handler(found: Tool, arguments: Mapping[str, Any]) -> Any:
-    kwargs = dict(arguments)
+async def _run_handler(found: Tool, call: ToolCall) -> Any:
+    kwargs = dict(call.input)
+    if call.idempotency_key and _wants_idempotency_key(found):
+        kwargs[IDEMPOTENCY_PARAM] = call.idempotency_key
     timer = asyncio.timeout(found.timeout)
     try:
         async with timer:
@@ -395,6 +409,15 @@ async def _run_in_thread(name: str, fn: Callable[..., Any], kwargs: dict[str, An
 
     threading.Thread(target=work, name=f"tool:{name}", daemon=True).start()
     return await future
+
+
+def _wants_idempotency_key(found: Tool) -> bool:
+    """Whether the handler declares an `idempotency_key` parameter."""
+    target = getattr(found.handler, "__wrapped__", found.handler)
+    try:
+        return IDEMPOTENCY_PARAM in inspect.signature(target).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def _cancel_requested() -> bool:

@@ -1,0 +1,157 @@
+"""Append-only checkpoints: each one stores only what changed since the last.
+
+Writing the whole record after every transition would make storage grow with
+the square of a run's length. Instead each checkpoint holds:
+
+- the messages from the first one that changed (usually just the newest; the
+  engine marks older ones it rewrites, e.g. when compacting),
+- the trail records fired since the last checkpoint,
+- a JSON diff of everything else (counters, stall state, ...), in which lists
+  that only grew or slid forward are stored as "drop k, append these".
+
+Folding the checkpoints of a run in order gives back its full record.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from statemachine_agent.machine.run import RunRecord
+from statemachine_agent.persistence.codec import Plain, to_plain
+
+_LIST_FIELDS = ("messages", "trail")
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def diff(old: Plain, new: Plain) -> Plain:
+    """An operation turning `old` into `new` (callers skip equal values)."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        changed = {k: diff(old[k], v) for k, v in new.items() if k in old and old[k] != v}
+        added = {k: {"$set": v} for k, v in new.items() if k not in old}
+        removed = [k for k in old if k not in new]
+        op: dict[str, Plain] = {"$dict": {**changed, **added}}
+        if removed:
+            op["$del"] = removed
+        return op
+    if isinstance(old, list) and isinstance(new, list):
+        for drop in range(len(old) + 1):
+            kept = len(old) - drop
+            if kept <= len(new) and old[drop:] == new[:kept]:
+                return {"$list": {"drop": drop, "append": new[kept:]}}
+    return {"$set": new}
+
+
+def apply(old: Plain, op: Plain) -> Plain:
+    """Apply an operation made by `diff`."""
+    if "$set" in op:
+        return op["$set"]
+    if "$dict" in op:
+        out = dict(old)
+        for key in op.get("$del", ()):
+            out.pop(key, None)
+        for key, sub in op["$dict"].items():
+            out[key] = apply(out.get(key), sub)
+        return out
+    if "$list" in op:
+        spec = op["$list"]
+        return list(old)[spec["drop"] :] + list(spec["append"])
+    raise ValueError(f"not a checkpoint operation: {op!r}")
+
+
+@dataclass(slots=True)
+class CheckpointWriter:
+    """Turns a run's successive states into the deltas a checkpointer appends."""
+
+    saved_messages: int = 0
+    last_message_json: str = ""
+    saved_trail: int = 0
+    last_state: dict[str, Plain] = field(default_factory=dict)
+
+    @classmethod
+    def resumed(cls, record: RunRecord) -> CheckpointWriter:
+        """A writer that continues after the record's last checkpoint."""
+        writer = cls()
+        writer.last_state = state_plain(record)
+        writer.saved_trail = len(record.trail)
+        writer.saved_messages = len(record.messages)
+        if record.messages:
+            writer.last_message_json = _dumps(to_plain(record.messages[-1]))
+        return writer
+
+    def delta(self, record: RunRecord) -> dict[str, Plain]:
+        """What changed since the last call, as one checkpoint body."""
+        body: dict[str, Plain] = {"seq": record.seq, "state_name": record.state}
+        messages = self._messages_delta(record)
+        if messages is not None:
+            body["messages"] = messages
+        trail = record.trail[self.saved_trail :]
+        if trail:
+            body["trail"] = [t.to_dict() for t in trail]
+            self.saved_trail = len(record.trail)
+        state = state_plain(record)
+        if state != self.last_state:
+            body["state"] = diff(self.last_state, state)
+            self.last_state = state
+        return body
+
+    def _messages_delta(self, record: RunRecord) -> dict[str, Plain] | None:
+        """Messages from the first changed one; None when nothing changed.
+
+        Only the newest saved message is compared (phases extend the latest
+        message in place); older ones are rewritten only when the engine marks
+        them dirty, as compaction does.
+        """
+        messages = record.messages
+        count = len(messages)
+        start = min(self.saved_messages, count)
+        if record.dirty_from is not None:
+            start = min(start, record.dirty_from)
+            record.dirty_from = None
+        if 0 < start == self.saved_messages:
+            previous = _dumps(to_plain(messages[start - 1], f"messages[{start - 1}]"))
+            if previous != self.last_message_json:
+                start -= 1
+        shrank = count < self.saved_messages
+        fresh = [to_plain(m, f"messages[{start + i}]") for i, m in enumerate(messages[start:])]
+        self.saved_messages = count
+        if fresh:
+            self.last_message_json = _dumps(fresh[-1])
+        elif shrank:
+            self.last_message_json = _dumps(to_plain(messages[-1])) if messages else ""
+        if not fresh and not shrank:
+            return None
+        return {"from": start, "items": fresh}
+
+
+def state_plain(record: RunRecord) -> dict[str, Plain]:
+    """The record's plain form minus the lists checkpointed on their own."""
+    return {
+        f.name: to_plain(getattr(record, f.name), f.name)
+        for f in fields(record)
+        if f.init and f.name not in _LIST_FIELDS
+    }
+
+
+def fold(bodies: Iterable[Mapping[str, Plain]]) -> dict[str, Plain] | None:
+    """The plain record after applying every checkpoint body in order."""
+    state: dict[str, Plain] = {}
+    messages: list[Plain] = []
+    trail: list[Plain] = []
+    seen = False
+    for body in bodies:
+        seen = True
+        if "messages" in body:
+            part = body["messages"]
+            messages = messages[: part["from"]] + list(part["items"])
+        trail.extend(body.get("trail", ()))
+        if "state" in body:
+            state = apply(state, body["state"])
+    if not seen:
+        return None
+    return {**state, "messages": messages, "trail": trail}

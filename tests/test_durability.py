@@ -1,0 +1,402 @@
+"""Durable runs: lossless checkpoints, real crashes, approval pauses, cancellation, Postgres."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from statemachine_agent import (
+    Agent,
+    Approve,
+    CancelToken,
+    Deny,
+    Edit,
+    ScriptedModel,
+    SQLiteCheckpointer,
+    calculate,
+    finish,
+    tool,
+)
+from statemachine_agent.persistence import (
+    MemoryCheckpointer,
+    PostgresCheckpointer,
+    SerializationError,
+    load_record,
+)
+from statemachine_agent.persistence.codec import record_to_plain, to_plain
+from statemachine_agent.persistence.delta import fold
+from statemachine_agent.testing import replies
+from statemachine_agent.testing.assertions import assert_end_state, assert_fired
+from statemachine_agent.testing.postgres import LocalPostgres
+from tests.support.crash_agent import RUN_ID
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class SnapshotCheckpointer(MemoryCheckpointer):
+    """Keeps, next to each checkpoint, the full record it should fold back to."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.snapshots: list[Any] = []
+        self.record: Any = None
+
+    def append(self, run_id: str, body: Mapping[str, Any]) -> None:
+        super().append(run_id, body)
+        self.snapshots.append(json.loads(json.dumps(record_to_plain(self.record))))
+
+
+class TestRoundTrip:
+    @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(
+        script=st.lists(
+            st.one_of(
+                st.builds(
+                    lambda e: replies.tool_use("calculate", {"expression": e}),
+                    st.sampled_from(["1+1", "2*3", "x", "1/0"]),
+                ),
+                st.builds(lambda t: replies.text(t), st.text(min_size=1, max_size=8)),
+                st.just(replies.text("cut", stop_reason="max_tokens")),
+            ),
+            max_size=6,
+        ),
+        reflect=st.sampled_from([None, 1, 2]),
+    )
+    def test_every_checkpoint_folds_back_to_the_record(
+        self, script: list[Any], reflect: int | None
+    ) -> None:
+        """Any run, checkpointed at any transition, folds back to an equal record."""
+        from statemachine_agent.machine import context as context_module
+
+        store = SnapshotCheckpointer()
+        original = context_module.RunContext.checkpoint
+
+        def spy(ctx: Any) -> None:
+            store.record = ctx.state
+            original(ctx)
+
+        context_module.RunContext.checkpoint = spy  # type: ignore[method-assign]
+        try:
+            Agent(
+                ScriptedModel(script),
+                tools=[calculate],
+                checkpointer=store,
+                reflection_interval=reflect,
+                max_continuations=1,
+            ).run("q", run_id="r")
+        finally:
+            context_module.RunContext.checkpoint = original  # type: ignore[method-assign]
+        bodies = store.bodies("r")
+        assert len(bodies) == len(store.snapshots)
+        for i, snapshot in enumerate(store.snapshots):
+            assert fold(bodies[: i + 1]) == snapshot
+        final = load_record(store, "r")
+        assert record_to_plain(final) == store.snapshots[-1]
+
+    def test_unserializable_value_names_its_path(self) -> None:
+        """A value JSON cannot hold is refused with its path, not dropped."""
+        with pytest.raises(SerializationError, match=r"record\.finish\.result\.tags: a set"):
+            to_plain({"finish": {"result": {"tags": {1, 2}}}})
+
+    def test_unserializable_finish_result_fails_the_run_by_name(self, tmp_path: Path) -> None:
+        """A finish tool returning a set cannot be checkpointed: the run fails, naming where."""
+
+        @tool(ends_run=True)
+        def done() -> dict[str, Any]:
+            """Finish with a set inside."""
+            return {"status": "completed", "summary": "s", "tags": {1, 2}}
+
+        agent = Agent(
+            ScriptedModel([replies.tool_use("done")]),
+            tools=[done],
+            checkpointer=SQLiteCheckpointer(tmp_path / "db"),
+        )
+        result = agent.run("q")
+        assert_end_state(result, "failed")
+        assert "finish.tags" in result.reason
+
+
+class TestSQLiteStore:
+    def test_wal_mode(self, tmp_path: Path) -> None:
+        """The store runs in WAL mode with synchronous=NORMAL by default."""
+        store = SQLiteCheckpointer(tmp_path / "db")
+        assert store._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert store._db.execute("PRAGMA synchronous").fetchone()[0] == 1
+
+    def test_storage_grows_linearly(self, tmp_path: Path) -> None:
+        """200 steps store under 2x the final record: deltas, not the history again."""
+        steps = 200
+        script = [replies.tool_use("calculate", {"expression": f"{i}+{i}"}) for i in range(steps)]
+        store = SQLiteCheckpointer(tmp_path / "db")
+        agent = Agent(
+            ScriptedModel([*script, replies.text("done")]),
+            tools=[calculate],
+            checkpointer=store,
+            budget=_budget(steps + 1),
+        )
+        result = agent.run("count", run_id="long")
+        assert result.iterations == steps + 1
+        (summary,) = store.runs()
+        final = len(json.dumps(record_to_plain(load_record(store, "long"))))
+        assert summary.bytes < 2 * final, (summary.bytes, final)
+        assert summary.checkpoints >= 4 * steps
+
+
+def _budget(n: int) -> Any:
+    from statemachine_agent import Budget
+
+    return Budget(max_iterations=n)
+
+
+def run_child(*args: str) -> dict[str, Any]:
+    """Run the crash agent in a child process; its result, or how it died."""
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.support.crash_agent", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if done.returncode != 0:
+        return {"returncode": done.returncode, "stderr": done.stderr}
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The same run, never interrupted."""
+    folder = tmp_path_factory.mktemp("reference")
+    return run_child("run", str(folder / "db"), str(folder / "ledger"))
+
+
+class TestCrashResume:
+    """A child process is SIGKILLed at a boundary; a new process resumes the run."""
+
+    @pytest.mark.parametrize(
+        "boundary",
+        [
+            "model.requested",
+            "model.replied",
+            "in_second_payment",
+            "transition.fired",
+            "tool.finished",
+        ],
+    )
+    def test_resumed_run_matches_an_uninterrupted_one(
+        self, tmp_path: Path, reference: dict[str, Any], boundary: str
+    ) -> None:
+        """Killed at the boundary, resumed elsewhere: same transcript, payments made once."""
+        db, ledger = tmp_path / "db", tmp_path / "ledger"
+        crashed = run_child("run", str(db), str(ledger), boundary)
+        assert crashed.get("returncode") == -9, crashed
+        resumed = run_child("resume", str(db), str(ledger))
+        assert resumed["end_state"] == "completed"
+        assert resumed["messages"] == reference["messages"]
+        paid = ledger.read_text().splitlines()
+        keys = [line.split()[0] for line in paid]
+        assert sorted(set(keys)) == [f"{RUN_ID}:toolu_pay5", f"{RUN_ID}:toolu_pay7"]
+        assert len(keys) == len(set(keys)), "a payment was made twice"
+
+    def test_recorded_tool_is_not_run_again(self, tmp_path: Path) -> None:
+        """Killed after the first payment's result was recorded, the resume skips it."""
+        db, ledger = tmp_path / "db", tmp_path / "ledger"
+        run_child("run", str(db), str(ledger), "in_second_payment")
+        record = load_record(SQLiteCheckpointer(db), RUN_ID)
+        assert record.state == "act"
+        assert [o.tool_use_id for o in record.outcomes] == ["toolu_pay5"]
+
+
+class TestApproval:
+    def send_email_agent(
+        self, store: Any, approval: Any = None, *, resuming: bool = False
+    ) -> tuple[Agent, list[str]]:
+        """The agent; `resuming` scripts only what the model says after the approval."""
+        sent: list[str] = []
+
+        @tool(requires_approval=True, side_effect=True)
+        def send_email(to: str, body: str) -> str:
+            """Send an e-mail."""
+            sent.append(to)
+            return f"sent to {to}"
+
+        ask = replies.tool_use(
+            "send_email", {"to": "boss@example.com", "body": "hi"}, id="toolu_mail"
+        )
+        script = [replies.text("Done.")] if resuming else [ask, replies.text("Done.")]
+        return Agent(
+            ScriptedModel(script), tools=[send_email], checkpointer=store, approval=approval
+        ), sent
+
+    def test_deferred_call_pauses_then_approval_resumes(self, tmp_path: Path) -> None:
+        """Without a decision the run waits; a later process approves and it completes."""
+        agent, sent = self.send_email_agent(SQLiteCheckpointer(tmp_path / "db"))
+        paused = agent.run("mail the boss", run_id="mail")
+        assert_end_state(paused, "awaiting_approval")
+        assert paused.details == {
+            "pending": [
+                {
+                    "tool_use_id": "toolu_mail",
+                    "name": "send_email",
+                    "input": {"to": "boss@example.com", "body": "hi"},
+                }
+            ]
+        }
+        assert sent == []
+        later, sent_later = self.send_email_agent(
+            SQLiteCheckpointer(tmp_path / "db"), resuming=True
+        )
+        done = later.resume("mail", decisions={"toolu_mail": Approve()})
+        assert_end_state(done, "completed")
+        assert sent_later == ["boss@example.com"]
+        assert done.messages[2]["content"][0]["content"] == "sent to boss@example.com"
+
+    def test_deny_sends_the_message_back(self, tmp_path: Path) -> None:
+        """A denial is an is_error result carrying the reviewer's message."""
+        agent, sent = self.send_email_agent(SQLiteCheckpointer(tmp_path / "db"))
+        agent.run("mail", run_id="m")
+        done = agent.resume("m", decisions={"toolu_mail": Deny("not to the boss")})
+        assert sent == []
+        result = done.messages[2]["content"][0]
+        assert result["is_error"] is True
+        assert result["content"] == "not to the boss"
+
+    def test_edit_runs_with_the_new_input(self, tmp_path: Path) -> None:
+        """An edited call runs with the reviewer's input."""
+        agent, sent = self.send_email_agent(SQLiteCheckpointer(tmp_path / "db"))
+        agent.run("mail", run_id="m")
+        agent.resume("m", decisions={"toolu_mail": Edit({"to": "team@example.com", "body": "hi"})})
+        assert sent == ["team@example.com"]
+
+    def test_policy_can_approve_at_once(self) -> None:
+        """An approval policy that allows lets the call run without pausing."""
+        agent, sent = self.send_email_agent(MemoryCheckpointer(), approval=lambda call: Approve())
+        assert_end_state(agent.run("mail"), "completed")
+        assert sent == ["boss@example.com"]
+
+    async def _async_deny(self, call: Any) -> Deny:
+        return Deny("policy says no")
+
+    def test_async_policy(self) -> None:
+        """An async policy is awaited."""
+        agent, sent = self.send_email_agent(MemoryCheckpointer(), approval=self._async_deny)
+        result = agent.run("mail")
+        assert sent == []
+        assert result.messages[2]["content"][0]["content"] == "policy says no"
+
+    def test_approval_across_processes(self, tmp_path: Path) -> None:
+        """The approving process is really another process."""
+        agent, _ = self.send_email_agent(SQLiteCheckpointer(tmp_path / "db"))
+        agent.run("mail", run_id="xproc")
+        db = str(tmp_path / "db")
+        code = (
+            "import sys; sys.path.insert(0, '.');"
+            "from tests.test_durability import TestApproval;"
+            "from statemachine_agent import Approve, SQLiteCheckpointer;"
+            f"a, sent = TestApproval().send_email_agent(SQLiteCheckpointer({db!r}), resuming=True);"
+            "r = a.resume('xproc', decisions={'toolu_mail': Approve()});"
+            "print(r.end_state, sent)"
+        )
+        out = subprocess.run(
+            [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60
+        )
+        assert out.stdout.strip() == "completed ['boss@example.com']", out.stderr
+
+
+class TestCancellation:
+    def test_cancelled_run_is_checkpointed_and_resumable(self, tmp_path: Path) -> None:
+        """Cancelled after a tool ran, the run keeps its work and can be resumed to the end."""
+        token = CancelToken()
+
+        @tool
+        def slow_step(n: int) -> str:
+            """A step after which the host cancels."""
+            token.cancel()
+            return f"step {n}"
+
+        script = [replies.tool_use("slow_step", {"n": 1}), replies.text("all done")]
+        store = SQLiteCheckpointer(tmp_path / "db")
+        agent = Agent(ScriptedModel(script), tools=[slow_step], checkpointer=store)
+        result = agent.run("go", run_id="c", cancel=token)
+        assert_fired(result, "act", "tools_done", "cancelled")
+        assert load_record(store, "c").state == "cancelled"
+        resumed = agent.resume("c")
+        assert_end_state(resumed, "completed")
+        assert resumed.text == "all done"
+        assert resumed.messages[2]["content"][0]["content"] == "step 1"
+
+    def test_deadline_cancels(self) -> None:
+        """A deadline cancels a run whose model does not answer in time."""
+        import asyncio
+
+        from statemachine_agent import ModelReply, ModelRequest
+
+        class Slow:
+            name = "claude-sonnet-5"
+
+            async def acomplete(self, request: ModelRequest) -> ModelReply:
+                await asyncio.sleep(30)
+                raise AssertionError
+
+        result = Agent(Slow()).run("q", deadline=0.2)
+        assert_end_state(result, "cancelled")
+
+    def test_handle_cancel(self) -> None:
+        """`Agent.start` returns a handle whose cancel() stops the run."""
+        import asyncio
+
+        async def main() -> str:
+            agent = Agent(ScriptedModel([replies.text("x")]))
+            handle = agent.start("q")
+            handle.cancel()
+            return (await handle).end_state
+
+        assert asyncio.run(main()) == "cancelled"
+
+    def test_finished_runs_cannot_resume(self, tmp_path: Path) -> None:
+        """Resuming a completed run is a clear error."""
+        from statemachine_agent.machine.resume import RunAlreadyEndedError
+
+        store = SQLiteCheckpointer(tmp_path / "db")
+        agent = Agent(ScriptedModel([replies.text("x")]), checkpointer=store)
+        agent.run("q", run_id="done")
+        with pytest.raises(RunAlreadyEndedError, match="already ended in 'completed'"):
+            agent.resume("done")
+
+
+@pytest.fixture(scope="module")
+def postgres() -> Iterator[LocalPostgres]:
+    with LocalPostgres() as server:
+        yield server
+
+
+class TestPostgres:
+    def test_checkpoints_and_resume_in_postgres(self, postgres: LocalPostgres) -> None:
+        """A run paused for approval in PostgreSQL resumes through a new connection."""
+        approval = TestApproval()
+        agent, _ = approval.send_email_agent(PostgresCheckpointer(postgres.dsn))
+        agent.run("mail", run_id="pg-run")
+        store = PostgresCheckpointer(postgres.dsn)
+        assert [r.run_id for r in store.runs()] == ["pg-run"]
+        again, sent = approval.send_email_agent(store, resuming=True)
+        result = again.resume("pg-run", decisions={"toolu_mail": Approve()})
+        assert_end_state(result, "completed")
+        assert sent == ["boss@example.com"]
+
+    def test_records_round_trip(self, postgres: LocalPostgres) -> None:
+        """A finished run loads back from PostgreSQL equal to the SQLite copy."""
+        script = [replies.tool_use("finish", {"status": "completed", "summary": "ok"})]
+        pg = PostgresCheckpointer(postgres.dsn)
+        mem = MemoryCheckpointer()
+        for store in (pg, mem):
+            Agent(ScriptedModel(script), tools=[finish], checkpointer=store).run("q", run_id="same")
+        a, b = load_record(pg, "same"), load_record(mem, "same")
+        assert a.messages == b.messages
+        assert [t.key for t in a.trail] == [t.key for t in b.trail]
