@@ -2,12 +2,14 @@
 
 from statemachine_agent.agent import Agent
 from statemachine_agent.audit.redact import Redactor
+from statemachine_agent.conversation import Conversation
 from statemachine_agent.audit.sink import JsonlSink, MemorySink
 from statemachine_agent.machine.engine import CancelToken
 from statemachine_agent.machine.result import RunResult
 from statemachine_agent.machine.run import TransitionRecord
 from statemachine_agent.models.anthropic import AnthropicModel, MissingAPIKeyError
 from statemachine_agent.models.base import Model, ModelError, ModelReply, ModelRequest, Usage
+from statemachine_agent.models.replay import ReplayModel
 from statemachine_agent.models.scripted import ScriptedModel
 from statemachine_agent.persistence.base import MemoryCheckpointer
 from statemachine_agent.persistence.sqlite import SQLiteCheckpointer
@@ -25,6 +27,7 @@ __all__ = [
     "Approve",
     "Budget",
     "CancelToken",
+    "Conversation",
     "Defer",
     "Deny",
     "Edit",
@@ -38,6 +41,7 @@ __all__ = [
     "ModelRequest",
     "Price",
     "Redactor",
+    "ReplayModel",
     "RunResult",
     "SQLiteCheckpointer",
     "ScriptedModel",

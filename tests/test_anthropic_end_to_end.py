@@ -193,3 +193,11 @@ def test_budget_stops_a_runaway_model(server: FakeAnthropicServer) -> None:
     assert server.requests[2]["tool_choice"] == {"type": "none"}
     assert server.invalid_requests == []
     assert result.text.startswith("Computed")
+
+
+def test_one_model_serves_many_runs(server: FakeAnthropicServer) -> None:
+    """A model reused across runs (each in its own event loop) keeps working over keep-alive."""
+    model = model_for(server)
+    server.add(replies.text("one"), replies.text("two"), replies.text("three"))
+    agent = Agent(model)
+    assert [agent.run("q").text for _ in range(3)] == ["one", "two", "three"]

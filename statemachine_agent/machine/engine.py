@@ -25,6 +25,7 @@ from statemachine_agent.machine.guards import GUARDS, Guard
 from statemachine_agent.machine.result import RunResult
 from statemachine_agent.machine.run import RunError, RunRecord, TransitionRecord
 from statemachine_agent.machine.table import END_STATES, ROWS, STATES, Row
+from statemachine_agent.persistence.codec import to_plain
 from statemachine_agent.phases.act import Act
 from statemachine_agent.phases.intervene import Intervene
 from statemachine_agent.phases.observe import Observe
@@ -164,8 +165,13 @@ class Engine:
             "model": ctx.deps.model.name,
             "system": ctx.deps.system,
             "tools": ctx.deps.tools.definitions(),
+            "tool_flags": {
+                t.name: {"ends_run": t.ends_run, "requires_approval": t.requires_approval}
+                for t in ctx.deps.tools
+            },
             "messages": list(run.messages),
             "budget": _budget_fields(run),
+            "settings": to_plain(run.settings, "settings"),
         }
         if resumed:
             ctx.emitter.emit("run.resumed", **fields, seq=run.seq, refire=refire)
@@ -237,6 +243,7 @@ class Engine:
             data=ending.data,
             audit_path=run.audit_path,
             details=ending.details,
+            chat_ended=run.chat_ended,
         )
         ctx.emitter.emit(
             "run.ended",

@@ -36,6 +36,8 @@ class RunResult:
     audit_path: Path | None = None
     details: dict[str, Any] | None = None
     """End-state specific facts: error status and request id, refusal details, ..."""
+    chat_ended: bool = False
+    """The model called `end_chat`: a `Conversation` stops after this turn."""
 
     @property
     def ok(self) -> bool:

@@ -48,7 +48,8 @@ async def salvage(ctx: RunContext, why: str) -> tuple[str, dict[str, Any]]:
     cost = charge(ctx, reply, iteration=False)
     append_reply(run.messages, reply)
     ctx.emitter.emit("model.replied", iteration=run.iteration, purpose="salvage",
-                     stop_reason=reply.stop_reason, content=list(reply.content),
+                     model=reply.model or request.model,
+            stop_reason=reply.stop_reason, content=list(reply.content),
                      usage=reply.usage.to_dict(), cost_usd=cost, request_id=reply.request_id,
                      message_id=reply.id)  # fmt: skip
     return reply.text, {"salvage": {"usage": reply.usage.to_dict(), "cost_usd": cost}}

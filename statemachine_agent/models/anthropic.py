@@ -15,6 +15,7 @@ from typing import Any, cast
 import anthropic
 
 from statemachine_agent.models.base import DEFAULT_MODEL, ModelError, ModelReply, ModelRequest
+from statemachine_agent.models.loop_clients import LoopClients
 
 RETRYABLE_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
 
@@ -51,6 +52,7 @@ class AnthropicModel:
         }
         self._client = client
         self._async_client = async_client
+        self._loop_clients = LoopClients(lambda: anthropic.AsyncAnthropic(**self._options), _close)
 
     def __repr__(self) -> str:
         return f"<AnthropicModel {self.name}>"
@@ -66,11 +68,11 @@ class AnthropicModel:
             self._client = anthropic.Anthropic(**self._options)
         return self._client
 
-    @property
-    def async_client(self) -> anthropic.AsyncAnthropic:
-        if self._async_client is None:
-            self._async_client = anthropic.AsyncAnthropic(**self._options)
-        return self._async_client
+    async def _async_client_for_loop(self) -> anthropic.AsyncAnthropic:
+        """The async client for the running event loop (the one given, if one was)."""
+        if self._async_client is not None:
+            return self._async_client
+        return await self._loop_clients.get()
 
     def complete(self, request: ModelRequest) -> ModelReply:
         messages = cast(Any, self.client.messages)
@@ -82,7 +84,7 @@ class AnthropicModel:
         return ModelReply.from_api(body, request_id=raw.request_id)
 
     async def acomplete(self, request: ModelRequest) -> ModelReply:
-        messages = cast(Any, self.async_client.messages)
+        messages = cast(Any, (await self._async_client_for_loop()).messages)
         try:
             raw = await messages.with_raw_response.create(**request.to_api())
             body = await raw.json()
@@ -97,10 +99,15 @@ class AnthropicModel:
             k: body[k] for k in ("model", "messages", "system", "tools", "tool_choice") if k in body
         }
         try:
-            counted = await cast(Any, self.async_client.messages).count_tokens(**params)
+            client = await self._async_client_for_loop()
+            counted = await cast(Any, client.messages).count_tokens(**params)
         except anthropic.AnthropicError as exc:
             raise to_model_error(exc) from exc
         return int(counted.input_tokens)
+
+
+async def _close(client: anthropic.AsyncAnthropic) -> None:
+    await client.close()
 
 
 def to_model_error(exc: anthropic.AnthropicError) -> ModelError:

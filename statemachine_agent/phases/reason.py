@@ -50,7 +50,7 @@ class Reason:
             )
             return "model_failed"
         ctx.request = None
-        charge(ctx, reply)
+        cost = charge(ctx, reply)
         run.last_reply = reply
         append_reply(run.messages, reply)
         run.pending_calls = (
@@ -61,10 +61,11 @@ class Reason:
         ctx.emitter.emit(
             "model.replied",
             iteration=run.iteration,
+            model=reply.model or request.model,
             stop_reason=reply.stop_reason,
             content=list(reply.content),
             usage=reply.usage.to_dict(),
-            cost_usd=run.cost_usd,
+            cost_usd=cost,
             request_id=reply.request_id,
             message_id=reply.id,
         )

@@ -92,6 +92,7 @@ class Reflect:
             "model.replied",
             iteration=run.iteration,
             purpose="critic",
+            model=reply.model or request.model,
             stop_reason=reply.stop_reason,
             content=list(reply.content),
             usage=reply.usage.to_dict(),

@@ -198,7 +198,8 @@ class _HTTPServer(ThreadingHTTPServer):
 
 class _Handler(BaseHTTPRequestHandler):
     server_version = "FakeAnthropicServer/1"
-    protocol_version = "HTTP/1.0"
+    protocol_version = "HTTP/1.1"
+    """Keep-alive, as the real API: clients that reuse connections are tested too."""
 
     @property
     def owner(self) -> FakeAnthropicServer:
@@ -296,6 +297,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("content-type", "text/event-stream")
         self.send_header("cache-control", "no-cache")
         self.send_header("request-id", request_id)
+        self.send_header("connection", "close")
+        self.close_connection = True
         self.end_headers()
         with contextlib.suppress(ConnectionError):
             for event in _stream_events(reply):

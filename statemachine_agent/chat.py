@@ -1,0 +1,56 @@
+"""The interactive chat REPL behind `statemachine-agent chat`.
+
+One line a turn; `/exit` (or end of input) leaves. Ctrl-C during a turn
+cancels that turn only (the run ends in `cancelled`, its work kept in the
+history) and the prompt comes back; Ctrl-C at the prompt just gives a new one.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Callable
+from types import FrameType
+from typing import TextIO
+
+from statemachine_agent.conversation import Conversation
+from statemachine_agent.machine.engine import CancelToken
+
+PROMPT = "you> "
+
+
+def repl(conversation: Conversation, read: Callable[[str], str], out: TextIO) -> int:
+    """Run turns until `/exit`, end of input, or the model ends the chat; returns 0."""
+    while not conversation.ended:
+        try:
+            line = read(PROMPT).strip()
+        except EOFError:
+            break
+        except KeyboardInterrupt:
+            print(file=out)
+            continue
+        if line == "/exit":
+            break
+        if not line:
+            continue
+        token = CancelToken()
+
+        def interrupt(_signum: int, _frame: FrameType | None) -> None:
+            token.cancel()
+
+        previous = signal.signal(signal.SIGINT, interrupt)
+        try:
+            result = conversation.send(line, cancel=token)
+        finally:
+            signal.signal(signal.SIGINT, previous)
+        if result.text:
+            print(f"assistant> {result.text}", file=out)
+        if result.end_state not in ("completed", "finished"):
+            print(f"[{result.end_state}: {result.reason}]", file=out)
+        print(
+            f"[turn {conversation.turns}, {result.iterations} model calls, ${result.cost_usd:.4f}]",
+            file=out,
+            flush=True,
+        )
+    if conversation.ended:
+        print("[the assistant ended the conversation]", file=out)
+    return 0

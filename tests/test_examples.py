@@ -1,0 +1,183 @@
+"""The scripts in `examples/` run, end where they say, and show what they claim to show.
+
+Examples are what users copy first, so a broken one costs more than a broken
+test: each is imported and its `main()` run on its scripted model, and one is
+run as the user would, as a script in a fresh interpreter.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from statemachine_agent import Approve, Deny, RunResult
+from statemachine_agent.testing.assertions import assert_end_state
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def load(name: str) -> ModuleType:
+    """Import `examples/<name>.py` by path (the folder is not a package)."""
+    spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while being built
+    spec.loader.exec_module(module)
+    return module
+
+
+def tool_results(result: RunResult) -> list[tuple[str, str]]:
+    """(tool name, result content) of every tool call in the run, in order."""
+    names: dict[str, str] = {}
+    out: list[tuple[str, str]] = []
+    for message in result.messages:
+        content: Any = message.get("content")
+        if not isinstance(content, list):
+            continue
+        for block in content:
+            if block.get("type") == "tool_use":
+                names[block["id"]] = block["name"]
+            elif block.get("type") == "tool_result":
+                out.append((names[block["tool_use_id"]], str(block["content"])))
+    return out
+
+
+class TestTimeCalculate:
+    """Seed 000: the clock tool, then the calculator, then the answer."""
+
+    def test_answer_uses_the_pinned_clock(self) -> None:
+        """Three model calls; the tools saw 02:28 and computed 28 x 15 = 420."""
+        result = load("time_calculate").main()
+        assert_end_state(result, "completed")
+        assert result.iterations == 3
+        assert tool_results(result) == [
+            ("get_current_time", "2026-04-11T02:28:00+00:00 (UTC)"),
+            ("calculate", "420"),
+        ]
+        assert "420" in result.text
+
+
+class TestScheduleWeatherRoute:
+    """Seed 003: three chained tools, then one answer."""
+
+    def test_four_model_calls(self) -> None:
+        """Schedule, weather, route in that order, then the departure time."""
+        result = load("schedule_weather_route").main()
+        assert_end_state(result, "completed")
+        assert result.iterations == 4
+        assert [name for name, _ in tool_results(result)] == [
+            "get_schedule",
+            "get_weather",
+            "get_route",
+        ]
+        assert "leave home at 18:20" in result.text
+
+
+class TestDataAnalysis:
+    """The broad query is cut with a notice; the narrowed one and the totals come back whole."""
+
+    def test_truncation_then_narrowing(self) -> None:
+        """The engine cuts the 400-row result; the model's narrower query fits."""
+        result = load("data_analysis").main()
+        assert_end_state(result, "completed")
+        results = tool_results(result)
+        assert [name for name, _ in results] == [
+            "list_columns",
+            "query_rows",
+            "query_rows",
+            "summarize",
+            "summarize",
+        ]
+        broad, narrow = results[1][1], results[2][1]
+        assert broad.endswith("characters omitted; narrow the query]")
+        assert len(broad) < 2_200
+        assert "omitted" not in narrow
+        assert len(narrow.splitlines()) == 1 + 17  # the header and Kansai's March orders
+
+    def test_answer_matches_the_tools(self) -> None:
+        """Every figure in the scripted answer is one the summarize calls returned."""
+        result = load("data_analysis").main()
+        by_region, kansai_march = (
+            json.loads(c) for n, c in tool_results(result) if n == "summarize"
+        )
+        for region, totals in by_region.items():
+            assert f"{region} ({totals['total']})" in result.text or (
+                f"{region} sold the most umbrellas: {totals['total']} units" in result.text
+            )
+        assert max(by_region, key=lambda r: by_region[r]["total"]) == "Kanto"
+        assert f"{kansai_march['all']['count']} umbrella orders" in result.text
+        assert f"¥{kansai_march['all']['total']:,}" in result.text
+
+
+class TestPersonalAssistant:
+    """Drafting runs at once; sending waits for a person, then resumes where it stopped."""
+
+    def test_send_waits_for_approval_then_resumes(self) -> None:
+        """At review time the draft exists and nothing is sent; once approved, it is sent."""
+        example = load("personal_assistant")
+        mailbox = example.Mailbox()
+        seen: list[tuple[dict[str, Any], list[str], int]] = []
+
+        def review(call: dict[str, Any]) -> Approve:
+            seen.append((dict(call), list(mailbox.drafts), len(mailbox.sent)))
+            return Approve()
+
+        result = example.main(mailbox, review=review)
+        assert len(seen) == 1
+        call, drafts_then, sent_then = seen[0]
+        assert (call["name"], call["tool_use_id"]) == ("send_email", example.SEND_CALL_ID)
+        assert (drafts_then, sent_then) == (["draft-1"], 0)
+        assert_end_state(result, "completed")
+        assert "awaiting_approval" in result.path
+        assert [name for name, _ in tool_results(result)] == ["draft_email", "send_email"]
+        assert [m["to"] for m in mailbox.sent] == ["ken@example.com"]
+        assert mailbox.drafts == {}
+
+    def test_denied_send_is_not_sent(self) -> None:
+        """A denial reaches the model as an error result, and the mail stays a draft."""
+        example = load("personal_assistant")
+        mailbox = example.Mailbox()
+        example.main(mailbox, review=lambda call: Deny("Aya wants to reread it first."))
+        assert mailbox.sent == []
+        assert list(mailbox.drafts) == ["draft-1"]
+
+    def test_send_is_declared_as_needing_approval(self) -> None:
+        """The tool says what it is: a side effect that needs approval; drafting does not."""
+        example = load("personal_assistant")
+        draft, send = example.assistant_tools(example.Mailbox())
+        assert (send.requires_approval, send.side_effect) == (True, True)
+        assert (draft.requires_approval, draft.side_effect) == (False, False)
+
+
+class TestAsUsersRunThem:
+    """Every example is a script a user can copy and run."""
+
+    @pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.py")), ids=lambda p: p.stem)
+    def test_shape(self, path: Path) -> None:
+        """Each has a main() and shows how to swap in a real model."""
+        source = path.read_text()
+        assert "\ndef main(" in source
+        assert "AnthropicModel" in source
+        assert 'if __name__ == "__main__":' in source
+
+    def test_runs_as_a_script(self) -> None:
+        """`python examples/time_calculate.py` works offline from a fresh interpreter."""
+        done = subprocess.run(
+            [sys.executable, str(EXAMPLES / "time_calculate.py")],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            cwd=EXAMPLES.parent,
+        )
+        assert done.returncode == 0, done.stderr
+        assert "28 × 15 = 420" in done.stdout
+        assert "[completed]" in done.stdout
