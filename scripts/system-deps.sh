@@ -5,6 +5,11 @@ set -euo pipefail
 
 need=()
 command -v dot >/dev/null 2>&1 || need+=(graphviz)
+# The HTML report is tested (and screenshotted) in a real headless browser.
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
+# The PostgreSQL stores are tested against a real server the tests start themselves.
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
 
 if [ ${#need[@]} -eq 0 ]; then
   exit 0

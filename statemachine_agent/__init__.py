@@ -2,8 +2,8 @@
 
 from statemachine_agent.agent import Agent
 from statemachine_agent.audit.redact import Redactor
-from statemachine_agent.conversation import Conversation
 from statemachine_agent.audit.sink import JsonlSink, MemorySink
+from statemachine_agent.conversation import Conversation
 from statemachine_agent.machine.engine import CancelToken
 from statemachine_agent.machine.result import RunResult
 from statemachine_agent.machine.run import TransitionRecord

@@ -18,6 +18,15 @@ from statemachine_agent.machine.engine import CancelToken
 PROMPT = "you> "
 
 
+def _cancelling(token: CancelToken) -> Callable[[int, FrameType | None], None]:
+    """A SIGINT handler that cancels the current turn instead of the session."""
+
+    def interrupt(_signum: int, _frame: FrameType | None) -> None:
+        token.cancel()
+
+    return interrupt
+
+
 def repl(conversation: Conversation, read: Callable[[str], str], out: TextIO) -> int:
     """Run turns until `/exit`, end of input, or the model ends the chat; returns 0."""
     while not conversation.ended:
@@ -33,11 +42,7 @@ def repl(conversation: Conversation, read: Callable[[str], str], out: TextIO) ->
         if not line:
             continue
         token = CancelToken()
-
-        def interrupt(_signum: int, _frame: FrameType | None) -> None:
-            token.cancel()
-
-        previous = signal.signal(signal.SIGINT, interrupt)
+        previous = signal.signal(signal.SIGINT, _cancelling(token))
         try:
             result = conversation.send(line, cancel=token)
         finally:

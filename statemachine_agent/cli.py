@@ -2,7 +2,9 @@
 
 This is the only place that decides how events are shown (the library
 configures no logging): a console view of the transitions as they fire, or one
-JSON object a line.
+JSON object a line. Every mistake a user can make (a bad flag, a missing or
+malformed file, no API key) ends in one line on stderr and exit status 2, never
+a traceback: commands raise `UsageError` and `main` prints it.
 """
 
 from __future__ import annotations
@@ -11,13 +13,18 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import structlog
 
 from statemachine_agent import diagrams
 from statemachine_agent.agent import Agent
 from statemachine_agent.machine.result import RunResult
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from statemachine_agent.tools.base import Tool
 
 EXIT_CODES = {
     "completed": 0,
@@ -88,6 +95,51 @@ def _text_stream(args: argparse.Namespace) -> TextIO:
     return sys.stderr if args.log_format == "json" else sys.stdout
 
 
+class UsageError(Exception):
+    """Something the user got wrong; `main` prints it as one line and exits 2."""
+
+
+def _usage_error(message: str) -> int:
+    print(f"statemachine-agent: error: {message}", file=sys.stderr)
+    return 2
+
+
+def _audit_dir(args: argparse.Namespace) -> Path:
+    """The audit directory, created now so that an unusable one is a usage error
+    before the run starts (and, for `run`, before any money is spent)."""
+    directory = Path(args.audit_dir)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot use --audit-dir {directory}: {exc.strerror or exc}") from exc
+    return directory
+
+
+def load_events(path: str) -> list[dict[str, Any]]:
+    """An audit file's events; a missing, unreadable or malformed file is a usage error
+    naming the file (and, for a malformed line, its number)."""
+    from statemachine_agent.audit.sink import read_events
+
+    try:
+        events = read_events(Path(path))
+    except OSError as exc:
+        raise UsageError(f"cannot read audit file {path}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{path}: not a UTF-8 text file (byte {exc.start})") from exc
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    if not events:
+        raise UsageError(f"{path}: the audit file holds no events")
+    return events
+
+
+def _write(path: str, text: str) -> None:
+    try:
+        Path(path).write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from exc
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from statemachine_agent.demos import SCENARIOS
 
@@ -96,16 +148,17 @@ def cmd_demo(args: argparse.Namespace) -> int:
             print(f"{scenario.name}  {scenario.title}")
         return 0
     if args.scenario not in SCENARIOS:
-        return _usage_error(f"unknown scenario {args.scenario!r}; see `demo --list`")
+        raise UsageError(f"unknown scenario {args.scenario!r}; see `demo --list`")
     scenario = SCENARIOS[args.scenario]
     out = _text_stream(args)
+    audit_dir = _audit_dir(args)
     print(f"Scenario:   {scenario.title}", file=out)
     print(f"Prompt:     {scenario.prompt}\n", file=out)
     agent = Agent(
         scenario.model(),
         tools=scenario.tools(),
         system=scenario.system,
-        audit_dir=args.audit_dir,
+        audit_dir=audit_dir,
         logger=make_logger(args.log_format, sys.stdout),
         **scenario.options(),
     )
@@ -119,58 +172,122 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    """A real run against the Messages API, with a live status line on stderr."""
     from statemachine_agent.models.anthropic import AnthropicModel, MissingAPIKeyError
     from statemachine_agent.policy.budget import Budget
-    from statemachine_agent.tools.builtin import calculate, finish, get_current_time
+    from statemachine_agent.policy.pricing import UnknownModelPriceError
+    from statemachine_agent.report.live import RunProgress, live_status
 
     try:
         model = AnthropicModel(args.model)
     except MissingAPIKeyError as exc:
-        return _usage_error(str(exc))
-    agent = Agent(
-        model,
-        tools=[get_current_time, calculate, finish],
-        system=args.system,
-        budget=Budget(max_iterations=args.max_iterations, max_cost_usd=args.max_cost),
-        audit_dir=args.audit_dir,
-        logger=make_logger(args.log_format, sys.stdout),
-    )
-    result = agent.run(args.prompt)
+        raise UsageError(str(exc)) from exc
+    try:
+        budget = Budget(max_iterations=args.max_iterations, max_cost_usd=args.max_cost)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    audit_dir = _audit_dir(args)
+    progress = RunProgress()
+    with live_status(progress, status_console()):
+        # Made inside the block: on a terminal, stdout is routed above the status line.
+        logger = make_logger(args.log_format, sys.stdout)
+        try:
+            agent = Agent(
+                model,
+                tools=builtin_tools(args.tools),
+                system=args.system,
+                budget=budget,
+                audit_dir=audit_dir,
+                sinks=[progress],
+                logger=logger,
+            )
+        except UnknownModelPriceError as exc:
+            raise UsageError(f"--max-cost: {exc.args[0]}") from exc
+        result = agent.run(args.prompt)
     _summary(result, _text_stream(args))
     return EXIT_CODES[result.end_state]
+
+
+def status_console() -> Console:
+    """Where `run` draws its status line: stderr, so stdout keeps only the transitions
+    (or JSON lines). Shown only when stderr is a terminal."""
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
+TOOL_SETS: tuple[str, ...] = ("builtin", "none")
+"""What `run --tools` offers: the built-in tools, or none at all."""
+
+
+def builtin_tools(name: str) -> list[Tool]:
+    """The tools of a `--tools` choice."""
+    from statemachine_agent.tools.builtin import calculate, finish, get_current_time
+
+    return [get_current_time, calculate, finish] if name == "builtin" else []
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """Write the self-contained HTML report of one audit file."""
+    from statemachine_agent import report
+
+    events = load_events(args.audit)
+    try:
+        page = report.html(events, source=args.audit)
+    except report.ReportError as exc:
+        raise UsageError(f"{args.audit}: {exc}") from exc
+    except (diagrams.GraphvizNotFoundError, diagrams.GraphvizError) as exc:
+        raise UsageError(str(exc)) from exc
+    output = args.output or str(Path(args.audit).with_suffix(".html"))
+    _write(output, page)
+    print(f"Report:     {output}")
+    return 0
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    """Print one run's transitions, tool calls, tokens and cost per iteration, then totals."""
+    from statemachine_agent import report
+    from statemachine_agent.report.console import console_for
+
+    events = load_events(args.audit)
+    try:
+        built = report.build(events)
+    except report.ReportError as exc:
+        raise UsageError(f"{args.audit}: {exc}") from exc
+    report.print_inspect(built, console_for(sys.stdout))
+    return 0
 
 
 def cmd_diagram(args: argparse.Namespace) -> int:
     trail = None
     if args.run:
-        from statemachine_agent.audit.sink import read_events
-
-        try:
-            events = read_events(Path(args.run))
-        except OSError as exc:
-            return _usage_error(f"cannot read audit file {args.run}: {exc.strerror or exc}")
-        except ValueError as exc:
-            return _usage_error(str(exc))
+        events = load_events(args.run)
         trail = [e for e in events if e["event"] == "transition.fired"]
         if not trail:
-            return _usage_error(f"{args.run} has no transition.fired events to highlight")
+            raise UsageError(f"{args.run} has no transition.fired events to highlight")
     try:
         text = diagrams.render(args.format, trail)
     except (diagrams.GraphvizNotFoundError, diagrams.GraphvizError) as exc:
-        return _usage_error(str(exc))
+        raise UsageError(str(exc)) from exc
     if args.output:
-        try:
-            Path(args.output).write_text(text, encoding="utf-8")
-        except OSError as exc:
-            return _usage_error(f"cannot write {args.output}: {exc.strerror or exc}")
+        _write(args.output, text)
     else:
         sys.stdout.write(text)
     return 0
 
 
-def _usage_error(message: str) -> int:
-    print(f"statemachine-agent: error: {message}", file=sys.stderr)
-    return 2
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0, not {text}")
+    return value
 
 
 def parser() -> argparse.ArgumentParser:
@@ -193,8 +310,14 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("prompt")
     run.add_argument("--model", default=DEFAULT_MODEL)
     run.add_argument("--system", default="You are a helpful assistant. Use tools when useful.")
-    run.add_argument("--max-iterations", type=int, default=15)
-    run.add_argument("--max-cost", type=float, default=None, metavar="USD")
+    run.add_argument("--max-iterations", type=_positive_int, default=15, metavar="N")
+    run.add_argument("--max-cost", type=_positive_float, default=None, metavar="USD")
+    run.add_argument(
+        "--tools",
+        choices=TOOL_SETS,
+        default="builtin",
+        help="builtin: get_current_time, calculate, finish; none: no tools",
+    )
     run.set_defaults(func=cmd_run)
 
     diagram = sub.add_parser("diagram", help="print the machine as a diagram")
@@ -202,12 +325,28 @@ def parser() -> argparse.ArgumentParser:
     diagram.add_argument("--run", metavar="AUDIT.jsonl", help="highlight the path of a run")
     diagram.add_argument("-o", "--output", metavar="FILE")
     diagram.set_defaults(func=cmd_diagram)
+
+    report = sub.add_parser("report", help="write a run's audit file as one HTML page")
+    report.add_argument("audit", metavar="AUDIT.jsonl")
+    report.add_argument("-o", "--output", metavar="FILE", help="default: AUDIT.html")
+    report.set_defaults(func=cmd_report)
+
+    inspect = sub.add_parser("inspect", help="print a run's iterations as a table")
+    inspect.add_argument("audit", metavar="AUDIT.jsonl")
+    inspect.set_defaults(func=cmd_inspect)
+
+    from statemachine_agent.cli_sessions import add_commands
+
+    add_commands(sub, common, DEFAULT_MODEL)
     return top
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    return int(args.func(args))
+    try:
+        return int(args.func(args))
+    except UsageError as exc:
+        return _usage_error(str(exc))
 
 
 if __name__ == "__main__":

@@ -7,21 +7,26 @@ and a one-line error with exit status 2 for anything the user got wrong.
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from statemachine_agent import diagrams
+from statemachine_agent import cli, diagrams
 from statemachine_agent.audit.sink import read_events
 from statemachine_agent.cli import EXIT_CODES, main
 from statemachine_agent.machine import table
+from statemachine_agent.testing import FakeAnthropicServer, FakeError, replies
 
 Capsys = pytest.CaptureFixture[str]
+
+API_KEY = "sk-ant-api03-CLITESTSECRET-abcdefghijklmnop"
 
 
 def audit_files(directory: Path) -> list[Path]:
@@ -206,7 +211,122 @@ class TestDiagram:
         assert str(target) in one_line_error(capsys.readouterr().err)
 
 
+@pytest.fixture
+def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeAnthropicServer]:
+    """A local fake Messages API, with the environment `run` reads pointing at it."""
+    with FakeAnthropicServer() as fake:
+        monkeypatch.setenv("ANTHROPIC_API_KEY", API_KEY)
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.base_url)
+        yield fake
+
+
 class TestRun:
+    def test_tool_round_trip_completes(
+        self, server: FakeAnthropicServer, tmp_path: Path, capsys: Capsys
+    ) -> None:
+        """A run that calls `calculate` then answers exits 0, prints the summary and audits."""
+        server.add(
+            replies.tool_use("calculate", {"expression": "2**32"}),
+            replies.text("2**32 is 4294967296."),
+        )
+        code = main(["run", "What is 2**32?", "--audit-dir", str(tmp_path)])
+        out = capsys.readouterr().out
+        assert code == 0
+        assert server.invalid_requests == []
+        assert "4294967296" in out.split("Answer:", 1)[1].splitlines()[0]
+        assert re.search(r"End state:\s+completed", out)
+        assert re.search(r"#2\s+reason --replied \[is_tool_use\]--> act", out)
+        (path,) = audit_files(tmp_path)
+        assert f"Audit file: {path}" in out
+        assert API_KEY not in path.read_text(encoding="utf-8")
+        assert {t["name"] for t in server.requests[0]["tools"]} == {
+            "get_current_time",
+            "calculate",
+            "finish",
+        }
+
+    def test_tools_none_offers_no_tools(
+        self, server: FakeAnthropicServer, tmp_path: Path, capsys: Capsys
+    ) -> None:
+        """`--tools none` sends requests without any tool."""
+        server.add(replies.text("Hello."))
+        assert main(["run", "Hi", "--tools", "none", "--audit-dir", str(tmp_path)]) == 0
+        assert "tools" not in server.requests[0] or server.requests[0]["tools"] == []
+
+    def test_model_and_limits_reach_the_run(
+        self, server: FakeAnthropicServer, tmp_path: Path, capsys: Capsys
+    ) -> None:
+        """`--model` is the model asked; `--max-iterations` stops a looping run."""
+        server.add(
+            replies.tool_use("calculate", {"expression": "1+1"}),
+            replies.tool_use("calculate", {"expression": "2+2"}),
+            replies.text("Summary: 2 and 4."),
+        )
+        argv = ["run", "Add", "--model", "claude-haiku-4-5", "--max-iterations", "2"]
+        code = main([*argv, "--audit-dir", str(tmp_path)])
+        out = capsys.readouterr().out
+        assert code == EXIT_CODES["budget_exhausted"] == 3
+        assert re.search(r"End state:\s+budget_exhausted", out)
+        assert {r["model"] for r in server.requests} == {"claude-haiku-4-5"}
+
+    @pytest.mark.parametrize(
+        ("reply", "end_state"),
+        [
+            (replies.text("", stop_reason="refusal"), "refused"),
+            (replies.text("cut", stop_reason="max_tokens"), "truncated"),
+            (FakeError(400, "bad request"), "failed"),
+        ],
+    )
+    def test_every_unsuccessful_end_state_exits_non_zero(
+        self,
+        server: FakeAnthropicServer,
+        tmp_path: Path,
+        capsys: Capsys,
+        reply: dict[str, object] | FakeError,
+        end_state: str,
+    ) -> None:
+        """A run ending anywhere but completed/finished exits with that end state's code."""
+        server.add(reply)
+        code = main(["run", "Go", "--audit-dir", str(tmp_path)])
+        out = capsys.readouterr().out
+        assert code == EXIT_CODES[end_state] != 0
+        assert re.search(rf"End state:\s+{end_state}", out)
+
+    def test_json_log_format(
+        self, server: FakeAnthropicServer, tmp_path: Path, capsys: Capsys
+    ) -> None:
+        """With `--log-format json` stdout is only JSON events; the summary goes to stderr."""
+        server.add(replies.text("Hello."))
+        argv = ["run", "Hi", "--log-format", "json", "--audit-dir", str(tmp_path)]
+        assert main(argv) == 0
+        captured = capsys.readouterr()
+        names = [json.loads(line)["event"] for line in captured.out.splitlines()]
+        assert names[0] == "run.started"
+        assert names[-1] == "run.ended"
+        assert "End state:" in captured.err
+
+    def test_status_line_follows_the_run(
+        self,
+        server: FakeAnthropicServer,
+        tmp_path: Path,
+        capsys: Capsys,
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        """On a terminal, the status line shows state, iteration, tokens and cost as they change."""
+        from rich.console import Console
+
+        screen = io.StringIO()
+        monkeypatch.setattr(
+            cli, "status_console", lambda: Console(file=screen, force_terminal=True, width=120)
+        )
+        server.add(replies.tool_use("calculate", {"expression": "6*7"}), replies.text("42"))
+        assert main(["run", "6*7?", "--audit-dir", str(tmp_path)]) == 0
+        drawn = screen.getvalue()
+        assert "running calculate" in drawn
+        assert re.search(r"act · iteration 1 · 15 tokens · \$", drawn)
+        assert re.search(r"completed · iteration 2 · 30 tokens · \$", drawn)
+        assert "Answer:" not in drawn, "the summary goes to stdout, not the status console"
+
     def test_missing_api_key_is_a_usage_error(
         self, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: Capsys
     ) -> None:
@@ -215,6 +335,104 @@ class TestRun:
         assert main(["run", "What is 2 + 2?", "--audit-dir", str(tmp_path)]) == 2
         assert "ANTHROPIC_API_KEY" in one_line_error(capsys.readouterr().err)
         assert audit_files(tmp_path) == []
+
+    def test_unusable_audit_dir_is_a_usage_error(
+        self, server: FakeAnthropicServer, tmp_path: Path, capsys: Capsys
+    ) -> None:
+        """An --audit-dir that is a file exits 2 before any model call."""
+        blocker = tmp_path / "file"
+        blocker.write_text("", encoding="utf-8")
+        assert main(["run", "Hi", "--audit-dir", str(blocker / "audit")]) == 2
+        assert "--audit-dir" in one_line_error(capsys.readouterr().err)
+        assert server.requests == []
+
+    def test_cost_limit_needs_a_known_price(
+        self, server: FakeAnthropicServer, tmp_path: Path, capsys: Capsys
+    ) -> None:
+        """`--max-cost` with a model that has no price exits 2 naming the model."""
+        argv = ["run", "Hi", "--model", "no-such-model", "--max-cost", "0.5"]
+        assert main([*argv, "--audit-dir", str(tmp_path)]) == 2
+        assert "no-such-model" in one_line_error(capsys.readouterr().err)
+        assert server.requests == []
+
+    @pytest.mark.parametrize(
+        "flags",
+        [
+            ["--max-iterations", "0"],
+            ["--max-iterations", "many"],
+            ["--max-cost", "-1"],
+            ["--tools", "all"],
+            ["--log-format", "xml"],
+        ],
+    )
+    def test_bad_flags_are_usage_errors(self, flags: list[str], capsys: Capsys) -> None:
+        """A bad flag value exits 2 with argparse's message naming the flag."""
+        with pytest.raises(SystemExit) as exit_info:
+            main(["run", "Hi", *flags])
+        assert exit_info.value.code == 2
+        err = capsys.readouterr().err
+        assert f"argument {flags[0]}" in err.splitlines()[-1]
+
+
+class TestReport:
+    def test_writes_a_self_contained_page(
+        self, audit_file: Path, tmp_path: Path, capsys: Capsys
+    ) -> None:
+        """`report AUDIT -o FILE` writes one HTML page and prints its path."""
+        target = tmp_path / "report.html"
+        assert main(["report", str(audit_file), "-o", str(target)]) == 0
+        page = target.read_text(encoding="utf-8")
+        assert page.startswith("<!DOCTYPE html>")
+        assert "<svg" in page
+        assert 'class="edge fired"' in page
+        assert str(target) in capsys.readouterr().out
+
+    def test_default_output_is_beside_the_audit_file(
+        self, audit_file: Path, capsys: Capsys
+    ) -> None:
+        """Without `-o` the page is written next to the audit file, as AUDIT.html."""
+        assert main(["report", str(audit_file)]) == 0
+        assert audit_file.with_suffix(".html").is_file()
+
+    def test_missing_audit_file(self, tmp_path: Path, capsys: Capsys) -> None:
+        """A missing audit file exits 2 naming it, and writes nothing."""
+        missing = tmp_path / "nope.jsonl"
+        assert main(["report", str(missing), "-o", str(tmp_path / "r.html")]) == 2
+        assert str(missing) in one_line_error(capsys.readouterr().err)
+        assert not (tmp_path / "r.html").exists()
+
+    def test_malformed_audit_file_names_the_line(self, audit_file: Path, capsys: Capsys) -> None:
+        """A broken line exits 2 naming the file and the line number."""
+        with audit_file.open("a", encoding="utf-8") as handle:
+            handle.write("[1, 2]\n")
+        count = len(audit_file.read_text(encoding="utf-8").splitlines())
+        assert main(["report", str(audit_file)]) == 2
+        assert f"{audit_file}:{count}:" in one_line_error(capsys.readouterr().err)
+
+    def test_unwritable_output(self, audit_file: Path, tmp_path: Path, capsys: Capsys) -> None:
+        """An output path in a missing directory exits 2 naming it."""
+        target = tmp_path / "missing" / "report.html"
+        assert main(["report", str(audit_file), "-o", str(target)]) == 2
+        assert str(target) in one_line_error(capsys.readouterr().err)
+
+    def test_without_graphviz(
+        self, audit_file: Path, monkeypatch: pytest.MonkeyPatch, capsys: Capsys
+    ) -> None:
+        """Without Graphviz the report exits 2 naming how to install it."""
+        monkeypatch.setattr(shutil, "which", lambda _name: None)
+        assert main(["report", str(audit_file)]) == 2
+        assert "apt-get install graphviz" in one_line_error(capsys.readouterr().err)
+
+
+class TestDemoErrors:
+    def test_unusable_audit_dir_is_a_usage_error(self, tmp_path: Path, capsys: Capsys) -> None:
+        """A demo whose --audit-dir cannot be created exits 2 with one line, and runs nothing."""
+        blocker = tmp_path / "file"
+        blocker.write_text("", encoding="utf-8")
+        assert main(["demo", "--audit-dir", str(blocker / "audit")]) == 2
+        captured = capsys.readouterr()
+        assert str(blocker / "audit") in one_line_error(captured.err)
+        assert captured.out == ""
 
 
 class TestArguments:

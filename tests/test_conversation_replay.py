@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -97,7 +96,8 @@ class TestChatRepl:
         out = io.StringIO()
         assert repl(Conversation(Agent(model)), lambda _prompt: next(lines), out) == 0
         text = out.getvalue()
-        assert "assistant> Hello!" in text and "assistant> Fine." in text
+        assert "assistant> Hello!" in text
+        assert "assistant> Fine." in text
         assert "[turn 2, 1 model calls" in text
         assert model.remaining == 0
 
@@ -138,14 +138,14 @@ class TestChatRepl:
 
 
 @pytest.fixture
-def recorded(tmp_path: Path) -> Iterator[Path]:
+def recorded(tmp_path: Path) -> Path:
     """An audit file of the stall demo (stall, intervention, answer)."""
     scenario = SCENARIOS["stall"]
     agent = Agent(scenario.model(), tools=scenario.tools(), system=scenario.system,
                   audit_dir=tmp_path, **scenario.options())  # fmt: skip
     result = agent.run(scenario.prompt)
     assert result.audit_path is not None
-    yield result.audit_path
+    return result.audit_path
 
 
 class TestReplay:
@@ -199,7 +199,7 @@ class TestReplay:
         import asyncio
 
         model = ReplayModel(recorded)
+        model._next = len(model._calls)
         request = ModelRequest(model="m", max_tokens=1, messages=[])
-        with pytest.raises(ReplayDivergenceError):
-            for _ in range(model.remaining + 1):
-                asyncio.run(model.acomplete(request))
+        with pytest.raises(ReplayDivergenceError, match="the record has only"):
+            asyncio.run(model.acomplete(request))

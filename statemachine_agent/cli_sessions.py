@@ -1,0 +1,76 @@
+"""The `replay` and `chat` commands: checking a recorded run, and talking to an agent.
+
+Kept apart from `cli.py` (which holds the shared parser and the one-shot
+commands) so each file stays small; both are wired in by `add_commands`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from statemachine_agent.cli import (
+    UsageError,
+    builtin_tools,
+    load_events,
+)
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    """Re-run the recorded run offline; exit 0 when it took the identical path, else 1."""
+    from statemachine_agent.replay import replay
+
+    load_events(args.audit)  # a missing or malformed file is a usage error, with its line
+    try:
+        report = replay(args.audit)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    for index, (source, trigger, dest, guards) in enumerate(report.replayed, start=1):
+        verdicts = " ".join(f"{name}={'T' if value else 'F'}" for name, value in guards)
+        print(f"  #{index:<3} {source:>9} --{trigger}--> {dest}  {verdicts}")
+    print(f"\nEnd state:  {report.result.end_state} ({report.result.reason})")
+    if report.matched:
+        print(f"Replay:     matched ({len(report.recorded)} transitions, identical guards)")
+        return 0
+    print(f"Replay:     DIVERGED at {report.difference}")
+    return 1
+
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    """An interactive chat with Claude: one line a turn, /exit to leave."""
+    from statemachine_agent.agent import Agent
+    from statemachine_agent.chat import repl
+    from statemachine_agent.conversation import Conversation
+    from statemachine_agent.models.anthropic import AnthropicModel, MissingAPIKeyError
+    from statemachine_agent.tools.builtin import end_chat
+
+    try:
+        model = AnthropicModel(args.model)
+    except MissingAPIKeyError as exc:
+        raise UsageError(str(exc)) from exc
+    agent = Agent(
+        model,
+        tools=[*builtin_tools(args.tools), end_chat],
+        system=args.system,
+        audit_dir=args.audit_dir,
+    )
+    print("Chat with the agent. /exit leaves; Ctrl-C cancels the current answer.")
+    return repl(Conversation(agent), _read_line, sys.stdout)
+
+
+def _read_line(prompt: str) -> str:
+    return input(prompt)
+
+
+def add_commands(sub: Any, common: argparse.ArgumentParser, default_model: str) -> None:
+    """Register `replay` and `chat` on the CLI's subcommand parser."""
+    replay = sub.add_parser("replay", help="re-run a recorded run offline and compare")
+    replay.add_argument("audit", metavar="AUDIT.jsonl")
+    replay.set_defaults(func=cmd_replay)
+
+    chat = sub.add_parser("chat", parents=[common], help="chat with Claude in the terminal")
+    chat.add_argument("--model", default=default_model)
+    chat.add_argument("--system", default="You are a helpful assistant. Use tools when useful.")
+    chat.add_argument("--tools", choices=("builtin", "none"), default="builtin")
+    chat.set_defaults(func=cmd_chat)

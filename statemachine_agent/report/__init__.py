@@ -1,0 +1,60 @@
+"""Reports of one run, built from its audit file alone.
+
+`build` gathers the events into iterations (`build.py`), `html` renders the
+self-contained HTML page (`page.py`, with the chart of `chart.py`), `inspect_table`
+the terminal table of `statemachine-agent inspect` (`console.py`), and
+`RunProgress` drives the live status line of `statemachine-agent run` (`live.py`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from statemachine_agent import diagrams
+from statemachine_agent.report.build import (
+    Iteration,
+    ModelCall,
+    Note,
+    Outcome,
+    Report,
+    ReportError,
+    Tokens,
+    ToolRun,
+    Transition,
+    build,
+)
+from statemachine_agent.report.console import inspect_table, print_inspect
+from statemachine_agent.report.live import RunProgress, live_status
+from statemachine_agent.report.page import render
+
+__all__ = [
+    "Iteration",
+    "ModelCall",
+    "Note",
+    "Outcome",
+    "Report",
+    "ReportError",
+    "RunProgress",
+    "Tokens",
+    "ToolRun",
+    "Transition",
+    "build",
+    "html",
+    "inspect_table",
+    "live_status",
+    "print_inspect",
+    "render",
+]
+
+
+def html(events: Sequence[Mapping[str, Any]], *, source: str = "") -> str:
+    """The HTML report of a run's events, its path highlighted on the machine's diagram.
+
+    Raises `ReportError` for a file with nothing to report, and the `diagrams`
+    errors when Graphviz is missing or fails: the diagram is the report's centre,
+    so it is never silently left out.
+    """
+    report = build(events)
+    trail = [e for e in events if e.get("event") == "transition.fired"]
+    return render(report, diagrams.svg(trail), source=source)

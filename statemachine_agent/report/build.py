@@ -1,0 +1,549 @@
+"""Turn an audit file's events into the iterations a person reads.
+
+The report and `inspect` are built from the events alone (never from the engine's
+objects), so they work for any audit file: an old one, one from another machine,
+one cut short by a crash. Every lookup is therefore forgiving: a missing or
+oddly typed key gives an empty value, not a traceback.
+
+An iteration is one trip through the model-calling state: it starts with the
+transition into `reason` and holds everything up to the next one (the reply, the
+tools it asked for, the guards that chose where to go next). Events before the
+first model call, if any transitions happen there, form the `preamble`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from statemachine_agent.machine.result import SUCCESS_STATES
+
+MODEL_STATE = "reason"
+"""The one state whose phase calls the model: entering it starts an iteration."""
+
+_NOTE_EVENTS: Mapping[str, bool] = {
+    # event name -> whether it is an error the reader should see flagged
+    "phase.crashed": True,
+    "model.fallback": True,
+    "reflection.failed": True,
+    "tool.skipped": True,
+    "stall.detected": False,
+    "stall.intervened": False,
+    "reflection.added": False,
+    "verify.checked": False,
+    "context.continued": False,
+    "context.compacted": False,
+}
+"""Events shown as one-line notes in their iteration."""
+
+
+class ReportError(ValueError):
+    """The file holds audit events, but nothing a report can be built from."""
+
+
+@dataclass(frozen=True)
+class Tokens:
+    """A usage record (the `usage` shape of docs/events.md)."""
+
+    input: int = 0
+    output: int = 0
+    cache_read: int = 0
+    cache_write: int = 0
+
+    @classmethod
+    def of(cls, usage: Any) -> Tokens:
+        if not isinstance(usage, Mapping):
+            return cls()
+        return cls(
+            input=_int(usage.get("input_tokens")),
+            output=_int(usage.get("output_tokens")),
+            cache_read=_int(usage.get("cache_read_tokens")),
+            cache_write=_int(usage.get("cache_write_5m_tokens"))
+            + _int(usage.get("cache_write_1h_tokens")),
+        )
+
+    @property
+    def total(self) -> int:
+        """Every token touched, cached or not (what `Usage.total_tokens` counts)."""
+        return self.input + self.output + self.cache_read + self.cache_write
+
+    def __sub__(self, other: Tokens) -> Tokens:
+        return Tokens(
+            self.input - other.input,
+            self.output - other.output,
+            self.cache_read - other.cache_read,
+            self.cache_write - other.cache_write,
+        )
+
+
+@dataclass(frozen=True)
+class Transition:
+    """One `transition.fired` event; `tokens` and `cost_usd` are the run's totals so far."""
+
+    seq: int
+    source: str
+    trigger: str
+    dest: str
+    guards: tuple[tuple[str, bool], ...]
+    via: tuple[str, ...]
+    elapsed_s: float
+    tokens: Tokens
+    cost_usd: float
+
+
+@dataclass(frozen=True)
+class ToolRun:
+    """One tool call, from `tool.called` to its `tool.finished` or `tool.failed`."""
+
+    tool: str
+    tool_use_id: str
+    input: Any
+    output: str | None = None
+    """The text sent back to the model; None when no result was recorded."""
+    failed: bool = False
+    error_kind: str | None = None
+    fatal: bool = False
+    duration_s: float | None = None
+
+
+@dataclass(frozen=True)
+class ModelCall:
+    """One model call: its reply, or how it failed."""
+
+    number: int
+    purpose: str | None
+    """None for the loop's own calls; `salvage` or `critic` for the others."""
+    model: str | None = None
+    stop_reason: str | None = None
+    text: str = ""
+    thinking: str = ""
+    other_blocks: tuple[Any, ...] = ()
+    """Content blocks that are neither text, thinking nor tool_use, verbatim."""
+    tokens: Tokens = field(default_factory=Tokens)
+    cost_usd: float | None = None
+    """The `cost_usd` of `model.replied`, as recorded (this call's cost)."""
+    request_id: str | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Note:
+    """Any other notable event of an iteration, as one sentence."""
+
+    event: str
+    text: str
+    error: bool
+
+
+@dataclass(frozen=True)
+class Iteration:
+    """One trip through the loop; `tokens` and `cost_usd` are what it added."""
+
+    number: int
+    calls: tuple[ModelCall, ...]
+    tools: tuple[ToolRun, ...]
+    transitions: tuple[Transition, ...]
+    notes: tuple[Note, ...]
+    tokens: Tokens
+    cost_usd: float
+
+    @property
+    def call(self) -> ModelCall | None:
+        """The loop's own model call (the last attempt, if it was retried)."""
+        loop = [c for c in self.calls if c.purpose is None]
+        return loop[-1] if loop else None
+
+    @property
+    def has_error(self) -> bool:
+        return (
+            any(n.error for n in self.notes)
+            or any(t.failed for t in self.tools)
+            or any(c.error for c in self.calls)
+        )
+
+    @property
+    def path(self) -> list[str]:
+        """The states passed through, the entered state first."""
+        if not self.transitions:
+            return []
+        return [self.transitions[0].source, *(t.dest for t in self.transitions)]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The `run.ended` event."""
+
+    end_state: str
+    reason: str
+    text: str
+    data: Any
+    iterations: int
+    tokens: Tokens
+    cost_usd: float
+    elapsed_s: float
+
+    @property
+    def success(self) -> bool:
+        return self.end_state in SUCCESS_STATES
+
+
+@dataclass(frozen=True)
+class Point:
+    """One point of the budget chart: the run's totals after a transition (or at the end)."""
+
+    label: str
+    detail: str
+    cost_usd: float
+    tokens: int
+
+
+@dataclass(frozen=True)
+class Report:
+    """Everything the HTML report and `inspect` show, gathered from one audit file."""
+
+    run_id: str
+    model: str | None
+    prompt: str
+    started_ts: float | None
+    budget: Mapping[str, Any]
+    preamble: Iteration | None
+    iterations: tuple[Iteration, ...]
+    transitions: tuple[Transition, ...]
+    outcome: Outcome | None
+    points: tuple[Point, ...]
+    event_count: int
+
+    @property
+    def tokens(self) -> Tokens:
+        """The run's token totals: from `run.ended`, else from the last transition."""
+        if self.outcome is not None:
+            return self.outcome.tokens
+        return self.transitions[-1].tokens if self.transitions else Tokens()
+
+    @property
+    def cost_usd(self) -> float:
+        if self.outcome is not None:
+            return self.outcome.cost_usd
+        return self.transitions[-1].cost_usd if self.transitions else 0.0
+
+    @property
+    def tool_calls(self) -> int:
+        return sum(len(i.tools) for i in self.iterations)
+
+    @property
+    def failed_tool_calls(self) -> int:
+        return sum(1 for i in self.iterations for t in i.tools if t.failed)
+
+
+def build(events: Sequence[Mapping[str, Any]]) -> Report:
+    """Gather a report from a run's events, in the order they were written."""
+    if not events:
+        raise ReportError("the audit file holds no events")
+    started = _first(events, "run.started") or {}
+    ended = _last(events, "run.ended")
+    totals = _Totals()
+    segments: list[Iteration] = []
+    for number, segment in _segments(events):
+        after = _Totals.after(segment, totals)
+        segments.append(_iteration(number, segment, after, totals))
+        totals = after
+    preamble: Iteration | None = segments.pop(0)
+    if preamble is not None and not preamble.transitions and not preamble.notes:
+        preamble = None
+    transitions = tuple(_transition(e) for e in events if e.get("event") == "transition.fired")
+    outcome = _outcome(ended) if ended is not None else None
+    return Report(
+        run_id=_str(events[0].get("run_id")),
+        model=_str(started.get("model")) or None,
+        prompt=_prompt(started.get("messages")),
+        started_ts=_float(started["ts"]) if "ts" in started else None,
+        budget=_mapping(started.get("budget")),
+        preamble=preamble,
+        iterations=tuple(segments),
+        transitions=transitions,
+        outcome=outcome,
+        points=_points(transitions, outcome),
+        event_count=len(events),
+    )
+
+
+# -- segmenting ----------------------------------------------------------------------
+
+
+def _segments(events: Sequence[Mapping[str, Any]]) -> list[tuple[int, list[Mapping[str, Any]]]]:
+    """Split the events at each transition into the model-calling state.
+
+    The first segment (number 0) holds what happened before the first such
+    transition; each later one is numbered by the loop model call it makes.
+    """
+    segments: list[tuple[int, list[Mapping[str, Any]]]] = [(0, [])]
+    for event in events:
+        if event.get("event") == "transition.fired" and event.get("dest") == MODEL_STATE:
+            segments.append((segments[-1][0] + 1, []))
+        segments[-1][1].append(event)
+    numbered: list[tuple[int, list[Mapping[str, Any]]]] = [segments[0]]
+    for fallback, segment in segments[1:]:
+        calls = [
+            _int(e.get("iteration"))
+            for e in segment
+            if e.get("event") in ("model.requested", "model.replied", "model.failed")
+            and e.get("purpose") is None
+            and "iteration" in e
+        ]
+        numbered.append((calls[0] if calls else fallback, segment))
+    return numbered
+
+
+@dataclass(frozen=True)
+class _Totals:
+    """The run's running totals at the end of a segment."""
+
+    tokens: Tokens = field(default_factory=Tokens)
+    cost_usd: float = 0.0
+
+    @classmethod
+    def after(cls, segment: Iterable[Mapping[str, Any]], previous: _Totals) -> _Totals:
+        """The totals of the segment's last transition, or of `run.ended` (which counts a
+        salvage call made after the last transition)."""
+        totals = previous
+        for event in segment:
+            if event.get("event") in ("transition.fired", "run.ended"):
+                totals = cls(Tokens.of(event.get("usage_total")), _float(event.get("cost_usd")))
+        return totals
+
+
+def _iteration(
+    number: int, segment: Sequence[Mapping[str, Any]], totals: _Totals, previous: _Totals
+) -> Iteration:
+    calls: list[ModelCall] = []
+    requested: dict[tuple[int, str | None], str] = {}
+    tools: dict[str, ToolRun] = {}
+    transitions: list[Transition] = []
+    notes: list[Note] = []
+    for event in segment:
+        name = _str(event.get("event"))
+        purpose = _str(event.get("purpose")) or None
+        if name == "model.requested":
+            requested[(_int(event.get("iteration")), purpose)] = _str(event.get("model"))
+        elif name == "model.replied":
+            key = (_int(event.get("iteration")), purpose)
+            calls.append(_model_call(event, requested.get(key)))
+        elif name == "model.failed":
+            key = (_int(event.get("iteration")), purpose)
+            calls.append(
+                ModelCall(
+                    number=key[0],
+                    purpose=purpose,
+                    model=requested.get(key),
+                    error=_str(event.get("error")) or "the model call failed",
+                    request_id=_str(event.get("request_id")) or None,
+                )
+            )
+        elif name.startswith("tool.") and name != "tool.skipped":
+            _tool_event(tools, name, event)
+        elif name == "transition.fired":
+            transitions.append(_transition(event))
+        if name in _NOTE_EVENTS:
+            notes.append(Note(name, _note_text(name, event), _NOTE_EVENTS[name]))
+    return Iteration(
+        number=number,
+        calls=tuple(calls),
+        tools=tuple(tools.values()),
+        transitions=tuple(transitions),
+        notes=tuple(notes),
+        tokens=totals.tokens - previous.tokens,
+        cost_usd=totals.cost_usd - previous.cost_usd,
+    )
+
+
+def _model_call(event: Mapping[str, Any], model: str | None) -> ModelCall:
+    texts: list[str] = []
+    thinking: list[str] = []
+    others: list[Any] = []
+    content = event.get("content")
+    for block in content if isinstance(content, list) else []:
+        kind = block.get("type") if isinstance(block, Mapping) else None
+        if kind == "text":
+            texts.append(_str(block.get("text")))
+        elif kind == "thinking":
+            thinking.append(_str(block.get("thinking")))
+        elif kind != "tool_use":
+            others.append(block)
+    return ModelCall(
+        number=_int(event.get("iteration")),
+        purpose=_str(event.get("purpose")) or None,
+        model=model,
+        stop_reason=_str(event.get("stop_reason")) or None,
+        text="\n\n".join(t for t in texts if t),
+        thinking="\n\n".join(t for t in thinking if t),
+        other_blocks=tuple(others),
+        tokens=Tokens.of(event.get("usage")),
+        cost_usd=_float(event.get("cost_usd")) if "cost_usd" in event else None,
+        request_id=_str(event.get("request_id")) or None,
+    )
+
+
+def _tool_event(tools: dict[str, ToolRun], name: str, event: Mapping[str, Any]) -> None:
+    key = _str(event.get("tool_use_id")) or f"#{len(tools)}"
+    call = tools.get(key) or ToolRun(
+        tool=_str(event.get("tool")), tool_use_id=key, input=event.get("input")
+    )
+    if name == "tool.finished":
+        call = _replace_tool(call, event, failed=False)
+    elif name == "tool.failed":
+        call = _replace_tool(call, event, failed=True)
+    tools[key] = call
+
+
+def _replace_tool(call: ToolRun, event: Mapping[str, Any], *, failed: bool) -> ToolRun:
+    return ToolRun(
+        tool=call.tool or _str(event.get("tool")),
+        tool_use_id=call.tool_use_id,
+        input=call.input if call.input is not None else event.get("input"),
+        output=_str(event.get("content")),
+        failed=failed,
+        error_kind=(_str(event.get("error_kind")) or "error") if failed else None,
+        fatal=bool(event.get("fatal")) if failed else False,
+        duration_s=_float(event.get("duration_s")) if "duration_s" in event else None,
+    )
+
+
+def _transition(event: Mapping[str, Any]) -> Transition:
+    guards = _mapping(event.get("guards"))
+    via = event.get("via")
+    return Transition(
+        seq=_int(event.get("seq")),
+        source=_str(event.get("source")),
+        trigger=_str(event.get("trigger")),
+        dest=_str(event.get("dest")),
+        guards=tuple((str(k), bool(v)) for k, v in guards.items()),
+        via=tuple(str(v) for v in via) if isinstance(via, list) else (),
+        elapsed_s=_float(event.get("elapsed_s")),
+        tokens=Tokens.of(event.get("usage_total")),
+        cost_usd=_float(event.get("cost_usd")),
+    )
+
+
+def _outcome(event: Mapping[str, Any]) -> Outcome:
+    return Outcome(
+        end_state=_str(event.get("end_state")) or "unknown",
+        reason=_str(event.get("reason")),
+        text=_str(event.get("text")),
+        data=event.get("data"),
+        iterations=_int(event.get("iterations")),
+        tokens=Tokens.of(event.get("usage_total")),
+        cost_usd=_float(event.get("cost_usd")),
+        elapsed_s=_float(event.get("elapsed_s")),
+    )
+
+
+def _points(transitions: Sequence[Transition], outcome: Outcome | None) -> tuple[Point, ...]:
+    """The budget chart's points: zero, each transition, and the end when it spent more
+    (a salvage call is charged after the last transition)."""
+    points = [Point("start", "run started", 0.0, 0)]
+    points += [
+        Point(f"#{t.seq}", f"#{t.seq} {t.source} → {t.dest}", t.cost_usd, t.tokens.total)
+        for t in transitions
+    ]
+    if outcome is not None and (
+        outcome.cost_usd > points[-1].cost_usd or outcome.tokens.total > points[-1].tokens
+    ):
+        points.append(
+            Point("end", f"run ended: {outcome.end_state}", outcome.cost_usd, outcome.tokens.total)
+        )
+    return tuple(points)
+
+
+def _note_text(name: str, event: Mapping[str, Any]) -> str:
+    """One sentence for a note event, from the keys docs/events.md gives it."""
+    if name == "stall.detected":
+        return _str(event.get("detail")) or f"stall: {_str(event.get('pattern'))}"
+    if name == "stall.intervened":
+        return (
+            f"intervention {_int(event.get('intervention'))} against the "
+            f"{_str(event.get('pattern'))} of {_str(event.get('tool'))}"
+        )
+    if name == "reflection.added":
+        return f"reflection ({_str(event.get('source'))}): {_str(event.get('text'))}"
+    if name == "verify.checked":
+        verdict = "passed" if event.get("ok") else "rejected"
+        feedback = _str(event.get("feedback"))
+        return f"verifier {verdict} the {_str(event.get('via'))} claim" + (
+            f": {feedback}" if feedback else ""
+        )
+    if name == "context.continued":
+        return f"reply cut at max_tokens; continuation {_int(event.get('count'))}"
+    if name == "context.compacted":
+        return (
+            f"compacted {_int(event.get('replaced'))} tool results "
+            f"({_int(event.get('tokens_before'))} → {_int(event.get('tokens_after'))} tokens)"
+        )
+    if name == "model.fallback":
+        return (
+            f"{_str(event.get('failed_model'))} failed ({_str(event.get('error'))}); "
+            f"falling back to {_str(event.get('model'))}"
+        )
+    if name == "tool.skipped":
+        return f"{_int(event.get('count'))} tool calls left unanswered were closed"
+    if name == "phase.crashed":
+        return f"{_str(event.get('state'))} crashed: {_str(event.get('error'))}"
+    return _str(event.get("error")) or name
+
+
+def _prompt(messages: Any) -> str:
+    """The text of the last user message the run started from."""
+    if not isinstance(messages, list):
+        return ""
+    for message in reversed(messages):
+        if isinstance(message, Mapping) and message.get("role") == "user":
+            content = message.get("content")
+            if isinstance(content, str):
+                return content
+            if isinstance(content, list):
+                return "\n".join(
+                    _str(b.get("text"))
+                    for b in content
+                    if isinstance(b, Mapping) and b.get("type") == "text"
+                )
+    return ""
+
+
+# -- forgiving lookups ---------------------------------------------------------------
+
+
+def _first(events: Iterable[Mapping[str, Any]], name: str) -> Mapping[str, Any] | None:
+    return next((e for e in events if e.get("event") == name), None)
+
+
+def _last(events: Sequence[Mapping[str, Any]], name: str) -> Mapping[str, Any] | None:
+    return next((e for e in reversed(events) if e.get("event") == name), None)
+
+
+def _str(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def _int(value: Any) -> int:
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return int(value)
+    return 0
+
+
+def _float(value: Any) -> float:
+    if isinstance(value, bool):
+        return float(value)
+    return float(value) if isinstance(value, int | float) else 0.0
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}

@@ -1,0 +1,105 @@
+"""The terminal view of one run: `statemachine-agent inspect AUDIT.jsonl`.
+
+A table a person can scan in a terminal or paste in a ticket: per iteration the
+transitions that fired (with the guards of the row that chose each), the tool
+calls and how they ended, the tokens and the cost; then the totals and the end.
+"""
+
+from __future__ import annotations
+
+from typing import TextIO
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from statemachine_agent.report.build import Iteration, Report, Tokens
+from statemachine_agent.report.fmt import count, usd
+
+NOTE_WIDTH = 72
+"""Notes (a stall, a compaction, ...) are cut to this: the HTML report has them whole."""
+
+
+def inspect_table(report: Report) -> Table:
+    """One row per iteration (and one for transitions before the first model call), then totals."""
+    table = Table(title=f"Run {report.run_id}", title_justify="left", show_lines=True)
+    table.add_column("iter", justify="right", no_wrap=True)
+    table.add_column("transitions (guards of the row that fired)", ratio=1)
+    table.add_column("stop", no_wrap=True)
+    table.add_column("tool calls", overflow="fold")
+    table.add_column("tokens (in / out)", justify="right", no_wrap=True)
+    table.add_column("cost", justify="right", no_wrap=True)
+    if report.preamble is not None:
+        table.add_row("-", *_cells(report.preamble))
+    for iteration in report.iterations:
+        table.add_row(str(iteration.number), *_cells(iteration))
+    tokens = report.tokens
+    failed = report.failed_tool_calls
+    tools = Text(f"{report.tool_calls} calls")
+    if failed:
+        tools.append(f", {failed} failed", style="red")
+    table.add_row(
+        Text("total", style="bold"),
+        f"{len(report.transitions)} transitions",
+        f"{len(report.iterations)} model calls",
+        tools,
+        _tokens(tokens),
+        usd(report.cost_usd),
+        style="bold",
+    )
+    return table
+
+
+def _cells(iteration: Iteration) -> tuple[Text, str, Text, str, str]:
+    """The cells of one iteration's row, after its number."""
+    moves = Text()
+    for index, t in enumerate(iteration.transitions):
+        if index:
+            moves.append("\n")
+        moves.append(f"#{t.seq} {t.source} → {t.dest}")
+        if t.via:
+            moves.append(f" [{' & '.join(t.via)}]", style="dim")
+    for note in iteration.notes:
+        text = note.text if len(note.text) <= NOTE_WIDTH else note.text[: NOTE_WIDTH - 1] + "…"
+        moves.append(f"\n{note.event}: {text}", style="red" if note.error else "yellow")
+    call = iteration.call
+    stop = ""
+    if call is not None:
+        stop = call.stop_reason or ("failed" if call.error else "")
+    tools = Text()
+    for index, tool in enumerate(iteration.tools):
+        if index:
+            tools.append("\n")
+        if tool.output is None:
+            tools.append(f"{tool.tool} (no result)", style="red")
+        elif tool.failed:
+            tools.append(f"{tool.tool} ✗ {tool.error_kind}", style="red")
+        else:
+            tools.append(f"{tool.tool} ✓")
+    return moves, stop, tools, _tokens(iteration.tokens), usd(iteration.cost_usd)
+
+
+def _tokens(tokens: Tokens) -> str:
+    return f"{count(tokens.total)} ({count(tokens.input)} / {count(tokens.output)})"
+
+
+def console_for(stream: TextIO) -> Console:
+    """A console on `stream`: the terminal's width there, else 120 columns (not rich's
+    80), so a piped or captured table keeps each transition on one line."""
+    return Console(file=stream, width=None if stream.isatty() else 120)
+
+
+def print_inspect(report: Report, console: Console) -> None:
+    """The table, then how the run ended."""
+    console.print(inspect_table(report))
+    outcome = report.outcome
+    if outcome is None:
+        console.print(Text("End state:  none (no run.ended event: unfinished or cut short)", "red"))
+        return
+    style = "green" if outcome.success else "red"
+    line = Text("End state:  ")
+    line.append(outcome.end_state, style=f"bold {style}")
+    line.append(f" ({outcome.reason})")
+    console.print(line)
+    if outcome.text:
+        console.print(Text(f"Answer:     {outcome.text}"))

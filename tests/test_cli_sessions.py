@@ -1,0 +1,85 @@
+"""The `replay` and `chat` commands."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from statemachine_agent.cli import main
+from statemachine_agent.testing import FakeAnthropicServer, replies
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def demo_audit(tmp_path: Path, scenario: str = "budget-salvage") -> Path:
+    assert main(["demo", "--scenario", scenario, "--audit-dir", str(tmp_path)]) in (0, 3)
+    (audit,) = tmp_path.glob("*.jsonl")
+    return audit
+
+
+class TestReplayCommand:
+    def test_matching_replay_exits_zero(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """A demo's audit file replays to the same path: the trail is printed, exit 0."""
+        audit = demo_audit(tmp_path)
+        capsys.readouterr()
+        assert main(["replay", str(audit)]) == 0
+        out = capsys.readouterr().out
+        assert "perceive --prepared--> budget_exhausted" in out
+        assert "Replay:     matched" in out
+
+    def test_divergence_exits_one(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """A record whose guard verdicts were altered is reported as diverged."""
+        audit = demo_audit(tmp_path)
+        events = [json.loads(line) for line in audit.read_text().splitlines()]
+        for event in events:
+            if event["event"] == "transition.fired" and event["seq"] == 3:
+                event["dest"] = "failed"
+        audit.write_text("".join(json.dumps(e) + "\n" for e in events))
+        capsys.readouterr()
+        assert main(["replay", str(audit)]) == 1
+        assert "DIVERGED at transition 3" in capsys.readouterr().out
+
+    def test_malformed_file_names_the_line(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """A broken audit file is a one-line usage error naming the line."""
+        bad = tmp_path / "bad.jsonl"
+        bad.write_text('{"event": "run.started"}\nnot json\n')
+        assert main(["replay", str(bad)]) == 2
+        assert ":2: not a JSON object" in capsys.readouterr().err
+
+
+class TestChatCommand:
+    def test_chat_session_over_the_real_sdk(self, tmp_path: Path) -> None:
+        """Lines on stdin are turns against the API; /exit ends the session."""
+        with FakeAnthropicServer([replies.text("Hello there!"), replies.text("Bye.")]) as server:
+            env = {**os.environ, "ANTHROPIC_API_KEY": "sk-ant-test-0000000000",
+                   "ANTHROPIC_BASE_URL": server.base_url}  # fmt: skip
+            done = subprocess.run(
+                [sys.executable, "-m", "statemachine_agent.cli", "chat", "--audit-dir",
+                 str(tmp_path)],
+                input="hello\nthanks\n/exit\n", capture_output=True, text=True, env=env,
+                cwd=ROOT, timeout=60,
+            )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert "assistant> Hello there!" in done.stdout
+        assert "assistant> Bye." in done.stdout
+        assert "[turn 2," in done.stdout
+        second = server.requests[1]["messages"]
+        assert [m["role"] for m in second] == ["user", "assistant", "user"]
+        assert len(list(tmp_path.glob("*.jsonl"))) == 2
+
+    def test_chat_without_key_is_a_usage_error(
+        self, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """Without ANTHROPIC_API_KEY the command says so in one line."""
+        monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+        assert main(["chat"]) == 2
+        assert "ANTHROPIC_API_KEY" in capsys.readouterr().err
