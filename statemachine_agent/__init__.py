@@ -21,6 +21,15 @@ from statemachine_agent.tools.builtin import calculate, end_chat, finish, get_cu
 from statemachine_agent.tools.decorator import tool
 from statemachine_agent.tools.registry import ToolError, ToolRegistry
 
+def __getattr__(name: str) -> object:
+    """`OpenAIModel` is imported on first use: it needs the optional `openai` package."""
+    if name == "OpenAIModel":
+        from statemachine_agent.models.openai import OpenAIModel
+
+        return OpenAIModel
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
     "Agent",
     "AnthropicModel",
@@ -39,6 +48,7 @@ __all__ = [
     "ModelError",
     "ModelReply",
     "ModelRequest",
+    "OpenAIModel",
     "Price",
     "Redactor",
     "ReplayModel",

@@ -164,6 +164,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
     )
     result = agent.run(scenario.prompt)
     _summary(result, out)
+    if result.end_state == "awaiting_approval" and scenario.decide is not None:
+        pending = list((result.details or {}).get("pending", []))
+        decisions = scenario.decide(pending)
+        for call in pending:
+            decision = type(decisions[call["tool_use_id"]]).__name__
+            print(f"Reviewer:   {decision} {call['name']}({call['input']})", file=out)
+        print("Resuming the run from its checkpoint...\n", file=out)
+        result = agent.resume(result.run_id, decisions=decisions)
+        _summary(result, out)
     if result.audit_path:
         diagram = result.audit_path.with_suffix(".mmd")
         diagram.write_text(diagrams.mermaid(result.trail), encoding="utf-8")
@@ -265,14 +274,19 @@ def cmd_diagram(args: argparse.Namespace) -> int:
         trail = [e for e in events if e["event"] == "transition.fired"]
         if not trail:
             raise UsageError(f"{args.run} has no transition.fired events to highlight")
+    if args.format == "png" and not args.output:
+        raise UsageError("--format png writes a binary image: give -o FILE.png")
     try:
-        text = diagrams.render(args.format, trail)
+        data = diagrams.render_bytes(args.format, trail)
     except (diagrams.GraphvizNotFoundError, diagrams.GraphvizError) as exc:
         raise UsageError(str(exc)) from exc
     if args.output:
-        _write(args.output, text)
+        try:
+            Path(args.output).write_bytes(data)
+        except OSError as exc:
+            raise UsageError(f"cannot write {args.output}: {exc.strerror or exc}") from exc
     else:
-        sys.stdout.write(text)
+        sys.stdout.write(data.decode("utf-8"))
     return 0
 
 

@@ -12,6 +12,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from statemachine_agent.models.scripted import ScriptedModel
+from statemachine_agent.persistence.base import MemoryCheckpointer
+from statemachine_agent.policy.approval import Approve, Decision
 from statemachine_agent.policy.budget import Budget
 from statemachine_agent.testing.replies import text, tool_use
 from statemachine_agent.tools.base import Tool
@@ -32,6 +34,8 @@ class Scenario:
     replies: Callable[[], list[dict[str, Any]]]
     options: Callable[[], dict[str, Any]] = field(default=dict)
     """Further `Agent` arguments the scenario needs (a budget, a stall policy, ...)."""
+    decide: Callable[[list[dict[str, Any]]], dict[str, Decision]] | None = None
+    """For a run that pauses for approval: the reviewer's decisions on the pending calls."""
 
     def model(self) -> ScriptedModel:
         return ScriptedModel(self.replies())
@@ -132,7 +136,54 @@ STALL_INTERVENTION = Scenario(
     ],
 )
 
+
+@tool
+def draft_email(to: str, subject: str, body: str) -> str:
+    """Write an e-mail draft (nothing is sent)."""
+    return f"draft 1 to {to}: {subject}"
+
+
+@tool(requires_approval=True, side_effect=True)
+def send_email(draft: int) -> str:
+    """Send a draft. A person approves every send."""
+    return f"draft {draft} sent"
+
+
+INVITATION = {
+    "to": "ken@example.com",
+    "subject": "Dinner on Friday",
+    "body": "Dinner in Umeda on Friday at 19:00?",
+}
+
+APPROVAL_PAUSE = Scenario(
+    name="approval",
+    title="Approval: drafting runs freely; sending waits for a person, then the run resumes",
+    prompt="Invite Ken to dinner in Umeda on Friday at 19:00 and send it.",
+    system="You handle the user's e-mail. Draft first, then send.",
+    tools=lambda: [draft_email, send_email],
+    replies=lambda: [
+        tool_use(
+            "draft_email",
+            {
+                "to": "ken@example.com",
+                "subject": "Dinner on Friday",
+                "body": "Dinner in Umeda on Friday at 19:00?",
+            },
+        ),
+        tool_use("send_email", {"draft": 1}),
+        text("The invitation is on its way to Ken."),
+    ],  # fmt: skip
+    options=lambda: {"checkpointer": MemoryCheckpointer()},
+    decide=lambda pending: {call["tool_use_id"]: Approve() for call in pending},
+)
+
 SCENARIOS: dict[str, Scenario] = {
     s.name: s
-    for s in (TIME_AND_CALCULATE, SCHEDULE_WEATHER_ROUTE, BUDGET_SALVAGE, STALL_INTERVENTION)
+    for s in (
+        TIME_AND_CALCULATE,
+        SCHEDULE_WEATHER_ROUTE,
+        BUDGET_SALVAGE,
+        STALL_INTERVENTION,
+        APPROVAL_PAUSE,
+    )
 }

@@ -24,7 +24,7 @@ from typing import Any
 
 from statemachine_agent.machine import table
 
-FORMATS: tuple[str, ...] = ("mermaid", "dot", "svg")
+FORMATS: tuple[str, ...] = ("mermaid", "dot", "svg", "png")
 """What `render` can produce; only `svg` needs Graphviz."""
 
 TEXT_FORMATS: tuple[str, ...] = ("mermaid", "dot")
@@ -255,16 +255,25 @@ def svg(trail: Iterable[Any] | None = None) -> str:
     """The DOT diagram rendered to SVG by Graphviz (`dot -Tsvg`).
 
     Raises `GraphvizNotFoundError` when `dot` is not on PATH: the text formats
-    need nothing installed, so only this one asks for Graphviz.
+    need nothing installed, only the rendered ones ask for Graphviz.
     """
+    return _graphviz("svg", trail).decode("utf-8")
+
+
+def png(trail: Iterable[Any] | None = None) -> bytes:
+    """The DOT diagram rendered to PNG by Graphviz (`dot -Tpng`)."""
+    return _graphviz("png", trail)
+
+
+def _graphviz(fmt: str, trail: Iterable[Any] | None) -> bytes:
     binary = shutil.which("dot")
     if binary is None:
         raise GraphvizNotFoundError(
-            "SVG needs the Graphviz `dot` binary, which is not on PATH: install it with "
-            f"`{GRAPHVIZ_HINT}`, or use --format mermaid or --format dot"
+            f"{fmt.upper()} needs the Graphviz `dot` binary, which is not on PATH: install it "
+            f"with `{GRAPHVIZ_HINT}`, or use --format mermaid or --format dot"
         )
     done = subprocess.run(
-        [binary, "-Tsvg"],
+        [binary, f"-T{fmt}"],
         input=dot(trail).encode("utf-8"),
         capture_output=True,
         check=False,
@@ -272,8 +281,13 @@ def svg(trail: Iterable[Any] | None = None) -> str:
     )
     if done.returncode != 0:
         stderr = done.stderr.decode("utf-8", "replace").strip()
-        raise GraphvizError(f"dot -Tsvg failed (exit {done.returncode}): {stderr}")
-    return done.stdout.decode("utf-8")
+        raise GraphvizError(f"dot -T{fmt} failed (exit {done.returncode}): {stderr}")
+    return done.stdout
+
+
+def render_bytes(fmt: str, trail: Iterable[Any] | None = None) -> bytes:
+    """The diagram in any of `FORMATS` as bytes (PNG is binary; the others UTF-8 text)."""
+    return png(trail) if fmt == "png" else render(fmt, trail).encode("utf-8")
 
 
 def render(fmt: str, trail: Iterable[Any] | None = None) -> str:

@@ -21,6 +21,7 @@ from statemachine_agent import (
     finish,
     tool,
 )
+from statemachine_agent.audit.sink import MemorySink
 from statemachine_agent.testing import replies
 from statemachine_agent.testing.assertions import assert_end_state, assert_fired, assert_path
 from statemachine_agent.testing.validator import validate_request
@@ -349,3 +350,140 @@ class TestHistory:
         """The async entry point gives the same result."""
         result = asyncio.run(agent_for([replies.text("async")]).arun("q"))
         assert result.text == "async"
+
+
+class CancelOn:
+    """An audit sink that cancels the run when a given event (into a given state) is seen."""
+
+    def __init__(self, token: CancelToken, event: str, dest: str | None = None) -> None:
+        self.token, self.event, self.dest = token, event, dest
+
+    def write(self, event: Any) -> None:
+        if event["event"] == self.event and (self.dest is None or event.get("dest") == self.dest):
+            self.token.cancel()
+
+    def close(self) -> None:
+        return None
+
+
+def _feature_agent(script: list[Any], sink: Any, **options: Any) -> Agent:
+    from statemachine_agent.policy.verify import Verdict
+
+    defaults: dict[str, Any] = {
+        "reflection_interval": 1,
+        "verifier": lambda claim: Verdict(ok=True),
+        "sinks": [sink],
+    }
+    return Agent(ScriptedModel(script), tools=[calculate], **{**defaults, **options})
+
+
+STALLING = [replies.tool_use("calculate", {"expression": "1+1"}) for _ in range(3)]
+
+
+class TestCancellationAtEveryState:
+    """A host cancelling while the run is in each working state ends it from that state."""
+
+    @pytest.mark.parametrize(
+        ("state", "trigger", "event", "script", "options"),
+        [
+            ("perceive", "prepared", "transition.fired", [replies.text("x")], {}),
+            ("reason", "replied", "model.replied", [replies.text("x")], {}),
+            (
+                "act",
+                "tools_done",
+                "tool.finished",
+                [replies.tool_use("calculate", {"expression": "1"})],
+                {},
+            ),
+            (
+                "observe",
+                "observed",
+                "transition.fired",
+                [replies.tool_use("calculate", {"expression": "1"})],
+                {},
+            ),
+            (
+                "intervene",
+                "intervened",
+                "transition.fired",
+                STALLING,
+                {"reflection_interval": None},
+            ),
+            (
+                "reflect",
+                "reflected",
+                "transition.fired",
+                [replies.tool_use("calculate", {"expression": "1"})],
+                {},
+            ),
+            ("verify", "verified", "transition.fired", [replies.text("x")], {}),
+        ],
+    )
+    def test_cancel_in_state(
+        self, state: str, trigger: str, event: str, script: list[Any], options: dict[str, Any]
+    ) -> None:
+        """The cancellation guard fires first on the state's own trigger."""
+        token = CancelToken()
+        dest = state if event == "transition.fired" else None
+        sink = CancelOn(token, event, dest)
+        if state == "perceive":
+            sink = CancelOn(token, "transition.fired", "perceive")
+            script = [replies.tool_use("calculate", {"expression": "1"}), replies.text("x")]
+            options = {"reflection_interval": None}
+        result = _feature_agent(script, sink, **options).run("q", cancel=token)
+        assert_end_state(result, "cancelled")
+        assert_fired(result, state, trigger, "cancelled", via=["cancel_requested"])
+
+
+class TestCrashAtEveryState:
+    """A defect inside any phase ends the run in failed, naming it."""
+
+    @pytest.mark.parametrize(
+        ("state", "phase", "script", "options"),
+        [
+            ("perceive", "perceive.Perceive", [replies.text("x")], {}),
+            ("act", "act.Act", [replies.tool_use("calculate", {"expression": "1"})], {}),
+            ("intervene", "intervene.Intervene", STALLING, {"reflection_interval": None}),
+            (
+                "reflect",
+                "reflect.Reflect",
+                [replies.tool_use("calculate", {"expression": "1"})],
+                {},
+            ),
+            ("verify", "verify.Verify", [replies.text("x")], {}),
+        ],
+    )
+    def test_crash_in_phase(
+        self,
+        monkeypatch: pytest.MonkeyPatch,
+        state: str,
+        phase: str,
+        script: list[Any],
+        options: dict[str, Any],
+    ) -> None:
+        """The phase's exception becomes the crashed trigger and a failed run."""
+        import importlib
+
+        module_name, class_name = phase.split(".")
+        module = importlib.import_module(f"statemachine_agent.phases.{module_name}")
+
+        async def broken(self: object, ctx: object) -> str:
+            raise ZeroDivisionError("bug in " + state)
+
+        monkeypatch.setattr(getattr(module, class_name), "run", broken)
+        result = _feature_agent(script, MemorySink(), **options).run("q")
+        assert_fired(result, state, "crashed", "failed")
+        assert f"bug in {state}" in result.reason
+
+    def test_model_adapter_bug_is_a_reason_crash(self) -> None:
+        """A model adapter raising something other than ModelError crashes reason, by name."""
+
+        class Broken:
+            name = "claude-sonnet-5"
+
+            async def acomplete(self, request: ModelRequest) -> ModelReply:
+                raise KeyError("choices")
+
+        result = Agent(Broken()).run("q")
+        assert_fired(result, "reason", "crashed", "failed")
+        assert "KeyError" in result.reason

@@ -201,3 +201,21 @@ def test_one_model_serves_many_runs(server: FakeAnthropicServer) -> None:
     server.add(replies.text("one"), replies.text("two"), replies.text("three"))
     agent = Agent(model)
     assert [agent.run("q").text for _ in range(3)] == ["one", "two", "three"]
+
+
+def test_token_threshold_counted_by_the_api(server: FakeAnthropicServer) -> None:
+    """With count_tokens on, the API's counter decides when old results are compacted."""
+    from statemachine_agent.policy.context import ContextPolicy
+
+    server.add(
+        replies.tool_use("calculate", {"expression": "1+1"}),
+        replies.tool_use("calculate", {"expression": "2+2"}),
+        replies.text("done"),
+    )
+    policy = ContextPolicy(count_tokens=True, compact_at_tokens=60, keep_tool_results=1)
+    result = Agent(model_for(server), tools=[calculate], context=policy, stall=None).run("q")
+    assert result.end_state == "completed"
+    assert len(server.count_tokens_requests) == 3
+    last = server.requests[-1]["messages"]
+    assert last[2]["content"][0]["content"].startswith("[Earlier tool result removed")
+    assert server.invalid_requests == []

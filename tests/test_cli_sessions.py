@@ -83,3 +83,25 @@ class TestChatCommand:
         monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
         assert main(["chat"]) == 2
         assert "ANTHROPIC_API_KEY" in capsys.readouterr().err
+
+
+class TestDemoAndDiagramAdditions:
+    def test_approval_demo_pauses_then_resumes(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """The approval scenario stops in awaiting_approval, a reviewer approves, it completes."""
+        assert main(["demo", "--scenario", "approval", "--audit-dir", str(tmp_path)]) == 0
+        out = capsys.readouterr().out
+        assert "act --tools_done [approval_pending]--> awaiting_approval" in out
+        assert "Reviewer:   Approve send_email" in out
+        assert "End state:  completed" in out
+
+    def test_png_needs_an_output_file(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """PNG is written to -o FILE (never to the terminal)."""
+        assert main(["diagram", "--format", "png"]) == 2
+        assert "-o FILE.png" in capsys.readouterr().err
+        target = tmp_path / "machine.png"
+        assert main(["diagram", "--format", "png", "-o", str(target)]) == 0
+        assert target.read_bytes().startswith(b"\x89PNG")

@@ -15,6 +15,9 @@ from hypothesis import strategies as st
 
 from statemachine_agent import Agent, Budget, ModelError, ScriptedModel, calculate, finish, tool
 from statemachine_agent.machine.table import END_STATES, RESERVED_STATES, ROWS
+from statemachine_agent.policy.context import ContextPolicy
+from statemachine_agent.policy.stall import StallPolicy
+from statemachine_agent.policy.verify import Verdict
 from statemachine_agent.testing import replies
 from statemachine_agent.testing.validator import validate_request
 
@@ -71,14 +74,35 @@ def script_entry(draw: st.DrawFn) -> Any:
     return replies.reply(stop_reason="end_turn")
 
 
+features = st.fixed_dictionaries(
+    {},
+    optional={
+        "reflection_interval": st.integers(1, 3),
+        "max_continuations": st.integers(0, 2),
+        "verifier": st.sampled_from(
+            [lambda c: Verdict(ok=True), lambda c: Verdict(ok=False, feedback="no")]
+        ),
+        "stall": st.sampled_from([None, StallPolicy(threshold=2, max_interventions=1)]),
+        "context": st.just(ContextPolicy(compact_at_tokens=200, keep_tool_results=1)),
+    },
+)
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(script=st.lists(script_entry(), max_size=12), limit=st.integers(1, 6))
-def test_any_script_ends_in_a_named_state_within_budget(script: list[Any], limit: int) -> None:
-    """Every run ends in a named end state, within max_iterations, with valid requests."""
+@given(
+    script=st.lists(script_entry(), max_size=12),
+    limit=st.integers(1, 6),
+    per_tool=st.sampled_from([None, 1, 2]),
+    options=features,
+)
+def test_any_script_ends_in_a_named_state_within_budget(
+    script: list[Any], limit: int, per_tool: int | None, options: dict[str, Any]
+) -> None:
+    """Every run ends in a named end state, within max_iterations, with valid requests,
+    whatever guards are switched on."""
     model = ScriptedModel(script, validate=False)
-    agent = Agent(
-        model, tools=[calculate, explode, echo, finish], budget=Budget(max_iterations=limit)
-    )
+    budget = Budget(max_iterations=limit, max_calls_per_tool=per_tool)
+    agent = Agent(model, tools=[calculate, explode, echo, finish], budget=budget, **options)
     result = agent.run("go")
 
     assert result.end_state in END_STATES

@@ -1,0 +1,122 @@
+"""The audit layer: redaction, the emitter, sinks, and the library's hands-off logging."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+import structlog
+from structlog.testing import capture_logs
+
+from statemachine_agent import Agent, ScriptedModel, calculate
+from statemachine_agent.audit.events import Emitter
+from statemachine_agent.audit.redact import REDACTED, Redactor
+from statemachine_agent.audit.sink import JsonlSink, MemorySink, read_events
+from statemachine_agent.testing import replies
+
+
+class TestRedactor:
+    def test_secret_keys_are_masked_at_any_depth(self) -> None:
+        """Keys such as api_key and Authorization are masked wherever they appear."""
+        event = {
+            "headers": {"Authorization": "Bearer x", "x-api-key": "k"},
+            "items": [{"password": "p"}],
+        }
+        assert Redactor().redact(event) == {
+            "headers": {"Authorization": REDACTED, "x-api-key": REDACTED},
+            "items": [{"password": REDACTED}],
+        }
+
+    def test_configured_fields_are_masked(self) -> None:
+        """Fields named by the agent's configuration are masked too."""
+        assert Redactor(keys=["customer_ssn"]).redact({"customer_ssn": "123"}) == {
+            "customer_ssn": REDACTED
+        }
+
+    def test_known_secret_values_are_masked_inside_text(self) -> None:
+        """A secret value quoted inside a string is cut out of it."""
+        redactor = Redactor(secrets=["hunter2-very-secret"])
+        assert redactor.redact("the key is hunter2-very-secret!") == f"the key is {REDACTED}!"
+
+    def test_key_shapes_are_masked_without_being_told(self) -> None:
+        """Anything shaped like an Anthropic or OpenAI key is masked."""
+        text = "keys: sk-ant-api03-abcdefgh and sk-ABCDEFGHIJKLMNOPQRSTUV"
+        assert Redactor().redact(text) == f"keys: {REDACTED} and {REDACTED}"
+
+    def test_plain_text_and_numbers_pass(self) -> None:
+        """Ordinary values, including token counts, are left alone."""
+        event = {"input_tokens": 10, "text": "a task about skis", "ok": True}
+        assert Redactor().redact(event) == event
+
+    def test_is_a_structlog_processor(self) -> None:
+        """It plugs into a service's own structlog pipeline."""
+        assert Redactor()(None, "info", {"api_key": "x"}) == {"api_key": REDACTED}
+
+
+class TestEmitter:
+    def test_events_reach_structlog_when_the_application_configured_it(self) -> None:
+        """With structlog configured by the app, every transition is a structlog event."""
+        with capture_logs() as logs:
+            Agent(ScriptedModel([replies.text("hi")])).run("q")
+        names = [log["event"] for log in logs]
+        assert names[0] == "run.started"
+        assert names[-1] == "run.ended"
+        assert "transition.fired" in names
+        fired = next(log for log in logs if log["event"] == "transition.fired")
+        assert fired["source"] == "perceive"
+
+    def test_redaction_applies_before_sinks_and_loggers(self) -> None:
+        """Neither a sink nor the logger ever sees a secret."""
+        sink = MemorySink()
+        with capture_logs() as logs:
+            Emitter("r", sinks=[sink], redactor=Redactor(secrets=["s3cr3t-value"])).emit(
+                "tool.finished", content="got s3cr3t-value", api_key="k"
+            )
+        assert sink.events[0]["content"] == f"got {REDACTED}"
+        assert sink.events[0]["api_key"] == REDACTED
+        assert logs[0]["content"] == f"got {REDACTED}"
+
+    def test_library_configures_no_logging(self) -> None:
+        """Running an agent leaves structlog and the root logger as the application set them."""
+        structlog.reset_defaults()
+        handlers = list(logging.getLogger().handlers)
+        Agent(ScriptedModel([replies.text("hi")])).run("q")
+        assert not structlog.is_configured()
+        assert logging.getLogger().handlers == handlers
+
+
+class TestSinks:
+    def test_jsonl_file_per_run(self, tmp_path: Path) -> None:
+        """audit_dir gets one JSONL file per run, named by run id, one event a line."""
+        result = Agent(
+            ScriptedModel(
+                [replies.tool_use("calculate", {"expression": "1+1"}), replies.text("2")]
+            ),
+            tools=[calculate],
+            audit_dir=tmp_path,
+        ).run("q")
+        assert result.audit_path == tmp_path / f"{result.run_id}.jsonl"
+        events = read_events(result.audit_path)
+        fired = [e for e in events if e["event"] == "transition.fired"]
+        assert [(e["source"], e["dest"]) for e in fired] == [
+            (t.source, t.dest) for t in result.trail
+        ]
+        assert all(e["run_id"] == result.run_id for e in events)
+
+    def test_every_line_is_flushed(self, tmp_path: Path) -> None:
+        """Each event is on disk as soon as it is written (a crash loses nothing before it)."""
+        sink = JsonlSink(tmp_path / "a.jsonl")
+        sink.write({"event": "x.y", "n": 1})
+        assert json.loads((tmp_path / "a.jsonl").read_text()) == {"event": "x.y", "n": 1}
+        sink.close()
+        with pytest.raises(ValueError, match="closed"):
+            sink.write({"event": "x.y"})
+
+    def test_malformed_lines_are_named(self, tmp_path: Path) -> None:
+        """read_events names the line of a malformed event."""
+        path = tmp_path / "bad.jsonl"
+        path.write_text('{"event": "a.b"}\n[1, 2]\n')
+        with pytest.raises(ValueError, match=r"bad.jsonl:2: not an audit event"):
+            read_events(path)
