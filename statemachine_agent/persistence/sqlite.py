@@ -7,14 +7,11 @@ than a disk sync, and what is committed survives the process being killed
 
 from __future__ import annotations
 
-import json
 import sqlite3
-import threading
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
-from statemachine_agent.persistence.base import RunSummary, encode
+from statemachine_agent.persistence.sql import SQLCheckpointer
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS checkpoints (
@@ -28,7 +25,7 @@ CREATE INDEX IF NOT EXISTS checkpoints_run ON checkpoints (run_id, id);
 """
 
 
-class SQLiteCheckpointer:
+class SQLiteCheckpointer(SQLCheckpointer):
     """Append-only checkpoints in one SQLite file, shared by any number of runs."""
 
     def __init__(
@@ -36,40 +33,12 @@ class SQLiteCheckpointer:
     ) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.Lock()
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute(f"PRAGMA synchronous={synchronous}")
         self._db.execute("PRAGMA busy_timeout=5000")
         self._db.executescript(SCHEMA)
+        super().__init__(self._db.execute, self._db.close, table="checkpoints", mark="?")
 
     def __repr__(self) -> str:
         return f"<SQLiteCheckpointer {self.path}>"
-
-    def append(self, run_id: str, body: Mapping[str, Any]) -> None:
-        with self._lock:
-            self._db.execute(
-                "INSERT INTO checkpoints (run_id, seq, state, body) VALUES (?, ?, ?, ?)",
-                (run_id, int(body.get("seq", 0)), str(body.get("state_name", "")), encode(body)),
-            )
-
-    def bodies(self, run_id: str) -> list[Mapping[str, Any]]:
-        with self._lock:
-            rows = self._db.execute(
-                "SELECT body FROM checkpoints WHERE run_id = ? ORDER BY id", (run_id,)
-            ).fetchall()
-        return [json.loads(row[0]) for row in rows]
-
-    def runs(self) -> list[RunSummary]:
-        with self._lock:
-            rows = self._db.execute(
-                "SELECT run_id, COUNT(*), SUM(LENGTH(body)), "
-                "(SELECT state FROM checkpoints c2 WHERE c2.run_id = c.run_id "
-                " ORDER BY id DESC LIMIT 1) "
-                "FROM checkpoints c GROUP BY run_id ORDER BY MIN(id)"
-            ).fetchall()
-        return [RunSummary(r[0], r[3], int(r[1]), int(r[2])) for r in rows]
-
-    def close(self) -> None:
-        with self._lock:
-            self._db.close()
