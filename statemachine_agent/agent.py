@@ -17,6 +17,7 @@ from typing import Any
 from statemachine_agent.audit.events import Emitter
 from statemachine_agent.audit.redact import Redactor
 from statemachine_agent.audit.sink import AuditSink, JsonlSink
+from statemachine_agent.context.notices import add_user_text
 from statemachine_agent.effects.base import Effects, InProcessEffects
 from statemachine_agent.machine.context import AgentDeps, RunContext
 from statemachine_agent.machine.engine import CancelToken, Engine
@@ -25,7 +26,7 @@ from statemachine_agent.machine.resume import prepare_resume
 from statemachine_agent.machine.run import RunRecord
 from statemachine_agent.machine.settings import RunSettings
 from statemachine_agent.models.base import DEFAULT_MAX_TOKENS, JSON, Model
-from statemachine_agent.persistence.base import Checkpointer, load_record
+from statemachine_agent.persistence.base import Checkpointer, MemoryCheckpointer, load_record
 from statemachine_agent.persistence.delta import CheckpointWriter
 from statemachine_agent.persistence.sqlite import SQLiteCheckpointer
 from statemachine_agent.policy.approval import ApprovalPolicy, Decision
@@ -127,6 +128,9 @@ class Agent:
         )
         if checkpointer is None and state_dir is not None:
             checkpointer = SQLiteCheckpointer(Path(state_dir) / "runs.sqlite3")
+        if checkpointer is None and any(t.requires_approval for t in self.tools):
+            # A run paused for approval must be resumable: in this process at least.
+            checkpointer = MemoryCheckpointer()
         self.checkpointer = checkpointer
         self.audit_dir = Path(audit_dir) if audit_dir is not None else None
         self.sinks = list(sinks)
@@ -134,7 +138,8 @@ class Agent:
         if self.budget.max_cost_usd is not None:
             for priced in (model, *fallbacks, *([critic_model] if critic_model else [])):
                 self.prices.require(priced.name)
-        secrets = [getattr(m, "api_key", None) or "" for m in (model, *fallbacks)]
+        keyed = (model, *fallbacks, *([critic_model] if critic_model else []))
+        secrets = [getattr(m, "api_key", None) or "" for m in keyed]
         self.redactor = Redactor(secrets=secrets, keys=redact)
         self.logger = logger
         self._deps = AgentDeps(
@@ -191,12 +196,13 @@ class Agent:
         `cancel` lets the host cancel it from anywhere (`CancelToken.cancel()`).
         """
         run_id = run_id or new_run_id()
-        content: Any = prompt if isinstance(prompt, str) else [dict(b) for b in prompt]
+        if self.checkpointer is not None and self.checkpointer.bodies(run_id):
+            raise ValueError(f"run id {run_id!r} is already stored; resume it or use a new id")
         record = RunRecord(
             run_id=run_id,
             settings=self.settings,
             model_name=self.model.name,
-            messages=[*(dict(m) for m in history), {"role": "user", "content": content}],
+            messages=with_prompt(history, prompt),
             turn=1 + sum(1 for m in history if _is_user_prompt(m)),
         )
         return await self._drive(record, cancel=cancel, deadline=deadline)
@@ -243,8 +249,9 @@ class Agent:
         if self.checkpointer is None:
             raise ValueError("resume needs a checkpointer: Agent(checkpointer=...) or state_dir=")
         record = load_record(self.checkpointer, run_id)
-        refire = prepare_resume(record, decisions or {})
-        return await self._drive(record, cancel=cancel, refire=refire, resumed=True)
+        writer = CheckpointWriter.resumed(record)  # before the record is set up to go on,
+        refire = prepare_resume(record, decisions or {})  # so that setup is checkpointed too
+        return await self._drive(record, cancel=cancel, refire=refire, writer=writer)
 
     async def _drive(
         self,
@@ -253,8 +260,9 @@ class Agent:
         cancel: CancelToken | None,
         deadline: float | None = None,
         refire: str | None = None,
-        resumed: bool = False,
+        writer: CheckpointWriter | None = None,
     ) -> RunResult:
+        """Drive a record to its end; `writer` (of its checkpoints so far) means a resume."""
         if deadline is not None:
             cancel = cancel or CancelToken()
             cancel.cancel_after(deadline)
@@ -266,14 +274,13 @@ class Agent:
             sinks.append(own)
         emitter = Emitter(record.run_id, sinks=sinks, redactor=self.redactor, logger=self.logger)
         ctx = RunContext(state=record, deps=self._deps, emitter=emitter)
-        if resumed:
-            ctx.writer = CheckpointWriter.resumed(record)
+        ctx.writer = writer
         try:
             return await self._engine.drive(
                 ctx,
                 cancel=cancel,
                 refire=refire,
-                resumed=resumed,
+                resumed=writer is not None,
             )
         finally:
             if own is not None:
@@ -306,6 +313,28 @@ def _blocking(coro: Coroutine[Any, Any, RunResult]) -> RunResult:
         return asyncio.run(coro)
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
         return pool.submit(asyncio.run, coro).result()
+
+
+def with_prompt(history: Sequence[JSON], prompt: str | Sequence[JSON]) -> list[JSON]:
+    """The history with the new prompt as the last user message.
+
+    A history ending with a user message (a turn cancelled after its tool
+    results) gets the prompt added to that message, so roles keep alternating.
+    """
+    messages = [dict(m) for m in history]
+    if isinstance(prompt, str):
+        if not messages or messages[-1].get("role") != "user":
+            return [*messages, {"role": "user", "content": prompt}]
+        add_user_text(messages, prompt)
+        return messages
+    blocks = [dict(b) for b in prompt]
+    if messages and messages[-1].get("role") == "user":
+        last = messages[-1]
+        content = last.get("content")
+        earlier = [{"type": "text", "text": content}] if isinstance(content, str) else content
+        last["content"] = [*list(earlier or []), *blocks]
+        return messages
+    return [*messages, {"role": "user", "content": blocks}]
 
 
 def new_run_id() -> str:

@@ -12,6 +12,7 @@ from typing import Any
 
 from statemachine_agent.cli import (
     UsageError,
+    _audit_dir,
     builtin_tools,
     load_events,
 )
@@ -53,7 +54,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
         model,
         tools=[*builtin_tools(args.tools), end_chat],
         system=args.system,
-        audit_dir=args.audit_dir,
+        audit_dir=_audit_dir(args),
     )
     print("Chat with the agent. /exit leaves; Ctrl-C cancels the current answer.")
     return repl(Conversation(agent), _read_line, sys.stdout)
@@ -69,7 +70,8 @@ def add_commands(sub: Any, common: argparse.ArgumentParser, default_model: str) 
     replay.add_argument("audit", metavar="AUDIT.jsonl")
     replay.set_defaults(func=cmd_replay)
 
-    chat = sub.add_parser("chat", parents=[common], help="chat with Claude in the terminal")
+    chat = sub.add_parser("chat", help="chat with Claude in the terminal")
+    chat.add_argument("--audit-dir", default="audit", help="where each turn's audit file goes")
     chat.add_argument("--model", default=default_model)
     chat.add_argument("--system", default="You are a helpful assistant. Use tools when useful.")
     chat.add_argument("--tools", choices=("builtin", "none"), default="builtin")

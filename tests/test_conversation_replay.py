@@ -203,3 +203,27 @@ class TestReplay:
         request = ModelRequest(model="m", max_tokens=1, messages=[])
         with pytest.raises(ReplayDivergenceError, match="the record has only"):
             asyncio.run(model.acomplete(request))
+
+
+class TestConversationAfterCancel:
+    def test_next_turn_after_a_turn_cancelled_during_tools(self) -> None:
+        """A turn cancelled after its tool results leaves a user message last; the next
+        prompt joins it, so the request stays valid."""
+        from statemachine_agent import CancelToken
+
+        token = CancelToken()
+
+        @tool
+        def step() -> str:
+            """A step during which the host cancels."""
+            token.cancel()
+            return "done"
+
+        model = ScriptedModel([replies.tool_use("step"), replies.text("Carrying on.")])
+        chat = Conversation(Agent(model, tools=[step]))
+        assert chat.send("start", cancel=token).end_state == "cancelled"
+        assert chat.send("go on").text == "Carrying on."
+        last = model.requests[-1].messages[-1]
+        assert last["role"] == "user"
+        assert [b["type"] for b in last["content"]] == ["tool_result", "text"]
+        assert all(validate_request(r.to_api()) == [] for r in model.requests)

@@ -400,3 +400,82 @@ class TestPostgres:
         a, b = load_record(pg, "same"), load_record(mem, "same")
         assert a.messages == b.messages
         assert [t.key for t in a.trail] == [t.key for t in b.trail]
+
+
+class TestResumeBookkeeping:
+    def test_resume_setup_is_checkpointed(self, tmp_path: Path) -> None:
+        """Right after a resume, the store already shows the run going on, not paused."""
+        store = SQLiteCheckpointer(tmp_path / "db")
+        agent, _ = TestApproval().send_email_agent(store)
+        agent.run("mail", run_id="m")
+        seen: list[str] = []
+
+        class Peek:
+            def write(self, event: Mapping[str, Any]) -> None:
+                if event["event"] == "tool.called":
+                    seen.append(load_record(store, "m").state)
+
+            def close(self) -> None:
+                return None
+
+        agent.sinks.append(Peek())
+        agent.resume("m", decisions={"toolu_mail": Approve()})
+        assert seen == ["act"]
+
+    def test_decisions_must_name_waiting_calls(self, tmp_path: Path) -> None:
+        """A decision for a call that is not waiting is refused, naming the ids."""
+        agent, _ = TestApproval().send_email_agent(SQLiteCheckpointer(tmp_path / "db"))
+        agent.run("mail", run_id="m")
+        with pytest.raises(ValueError, match="no call waiting with id"):
+            agent.resume("m", decisions={"toolu_other": Approve()})
+
+    def test_a_stored_run_id_cannot_start_again(self, tmp_path: Path) -> None:
+        """Starting a run under an id the store holds is refused rather than merged."""
+        agent = Agent(
+            ScriptedModel([replies.text("a"), replies.text("b")]),
+            checkpointer=SQLiteCheckpointer(tmp_path / "db"),
+        )
+        agent.run("q", run_id="same")
+        with pytest.raises(ValueError, match="already stored"):
+            agent.run("q", run_id="same")
+
+    def test_per_tool_limit_counts_recorded_calls_once_across_a_resume(
+        self, tmp_path: Path
+    ) -> None:
+        """A call recorded before a crash counts once; the rest of the reply still runs."""
+        from statemachine_agent import Budget
+
+        store = SQLiteCheckpointer(tmp_path / "db")
+
+        @tool(sequential=True)
+        def step(n: int) -> str:
+            """A step that 'crashes' the process after the first call is recorded."""
+            return f"step {n}"
+
+        script = [replies.tool_uses(("step", {"n": 1}), ("step", {"n": 2})), replies.text("ok")]
+
+        class CrashAfterFirst:
+            def write(self, event: Mapping[str, Any]) -> None:
+                if event["event"] == "tool.finished" and event["input"] == {"n": 2}:
+                    raise KeyboardInterrupt  # stands in for the process dying here
+
+            def close(self) -> None:
+                return None
+
+        agent = Agent(
+            ScriptedModel(script),
+            tools=[step],
+            checkpointer=store,
+            budget=Budget(max_calls_per_tool=2),
+            sinks=[CrashAfterFirst()],
+        )
+        with pytest.raises(KeyboardInterrupt):
+            agent.run("go", run_id="limit")
+        resumed = Agent(
+            ScriptedModel(script[1:]),
+            tools=[step],
+            checkpointer=store,
+            budget=Budget(max_calls_per_tool=2),
+        ).resume("limit")
+        results = resumed.messages[2]["content"]
+        assert [r["content"] for r in results] == ["step 1", "step 2"]

@@ -166,7 +166,11 @@ class Engine:
             "system": ctx.deps.system,
             "tools": ctx.deps.tools.definitions(),
             "tool_flags": {
-                t.name: {"ends_run": t.ends_run, "requires_approval": t.requires_approval}
+                t.name: {
+                    "ends_run": t.ends_run,
+                    "requires_approval": t.requires_approval,
+                    "side_effect": t.side_effect,
+                }
                 for t in ctx.deps.tools
             },
             "messages": list(run.messages),
@@ -177,7 +181,7 @@ class Engine:
             ctx.emitter.emit("run.resumed", **fields, seq=run.seq, refire=refire)
         else:
             ctx.emitter.emit("run.started", **fields)
-            ctx.checkpoint()
+        ctx.checkpoint()
         trigger = refire
         while run.state not in END_STATES:
             if trigger is None:
@@ -249,6 +253,7 @@ class Engine:
             "run.ended",
             end_state=result.end_state,
             reason=result.reason,
+            details=result.details,
             text=result.text,
             data=result.data,
             iterations=result.iterations,

@@ -41,7 +41,10 @@ class RunResult:
 
     @property
     def ok(self) -> bool:
-        """Whether the run reached its goal by the model's own account."""
+        """Whether the run reached its goal by the model's own account (a `finish`
+        with status `failed` or `needs_user_input` is an orderly end, not a success)."""
+        if self.end_state == "finished" and isinstance(self.data, dict):
+            return bool(self.data.get("status", "completed") == "completed")
         return self.end_state in SUCCESS_STATES
 
     @property

@@ -24,6 +24,12 @@ class RunAlreadyEndedError(ValueError):
 def prepare_resume(record: RunRecord, decisions: Mapping[str, Decision]) -> str | None:
     """Set the record up to continue; returns a trigger to fire first, if any."""
     if record.state == "awaiting_approval":
+        unknown = sorted(set(decisions) - set(record.awaiting))
+        if unknown:
+            raise ValueError(
+                f"run {record.run_id} has no call waiting with id(s) {', '.join(unknown)}; "
+                f"waiting: {', '.join(record.awaiting)}"
+            )
         record.decisions.update({k: decision_to_plain(v) for k, v in decisions.items()})
         record.awaiting = []
         record.state = "act"
@@ -38,6 +44,8 @@ def prepare_resume(record: RunRecord, decisions: Mapping[str, Decision]) -> str 
             return None
         record.state = source
         return trigger
+    if decisions:
+        raise ValueError(f"run {record.run_id} is not waiting for approval ({record.state})")
     if record.state in END_STATES:
         raise RunAlreadyEndedError(
             f"run {record.run_id} already ended in {record.state!r}; only runs awaiting "

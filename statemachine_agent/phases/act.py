@@ -35,12 +35,13 @@ class Act:
         done = {outcome.tool_use_id for outcome in run.outcomes}
         run.awaiting = []
         to_run: list[ToolCall] = []
+        admitted: dict[str, int] = {}
         for call in run.pending_calls:
             if call.id in done:
                 continue
             ctx.emitter.emit("tool.called", iteration=run.iteration, tool=call.name,
                              tool_use_id=call.id, input=call.input)  # fmt: skip
-            refusal = self._over_limit(ctx, call)
+            refusal = self._over_limit(ctx, call, admitted)
             if refusal is not None:
                 self._record(ctx, call, refusal)
                 continue
@@ -55,10 +56,17 @@ class Act:
         run.outcomes.sort(key=lambda o: order.get(o.tool_use_id, len(order)))
         return self.trigger
 
-    def _over_limit(self, ctx: RunContext, call: ToolCall) -> ToolOutcome | None:
-        """Count the call against its tool's limit; past the limit, answer instead of running."""
+    def _over_limit(
+        self, ctx: RunContext, call: ToolCall, admitted: dict[str, int]
+    ) -> ToolOutcome | None:
+        """Past its tool's limit a call is answered instead of run.
+
+        Calls count when their outcome is recorded (`_record`), plus the ones
+        admitted in this act so far: a call that ran before a crash is counted
+        once, not again when the resumed act admits the rest.
+        """
         run = ctx.state
-        used = run.calls_per_tool.get(call.name, 0)
+        used = run.calls_per_tool.get(call.name, 0) + admitted.get(call.name, 0)
         limit = run.budget.tool_limit(call.name)
         if limit is not None and used >= limit:
             run.blocked_calls += 1
@@ -72,7 +80,7 @@ class Act:
                 is_error=True,
                 error_kind="limit",
             )
-        run.calls_per_tool[call.name] = used + 1
+        admitted[call.name] = admitted.get(call.name, 0) + 1
         return None
 
     async def _approve(self, ctx: RunContext, call: ToolCall) -> ToolCall | ToolOutcome | None:
@@ -101,7 +109,6 @@ class Act:
         if isinstance(answer, Deny):
             return ToolOutcome(tool_use_id=call.id, name=call.name, content=answer.message,
                                is_error=True, error_kind="denied")  # fmt: skip
-        run.calls_per_tool[call.name] = run.calls_per_tool.get(call.name, 1) - 1
         run.awaiting.append(call.id)
         return None
 
@@ -131,5 +138,7 @@ class Act:
                 run.finish = data if isinstance(data, dict) else {"result": data}
             if call.name == "end_chat":
                 run.chat_ended = True
+        if outcome.error_kind not in ("limit", "denied"):
+            run.calls_per_tool[call.name] = run.calls_per_tool.get(call.name, 0) + 1
         run.outcomes.append(dataclasses.replace(outcome, data=None))
         ctx.checkpoint()

@@ -63,6 +63,7 @@ class Reason:
             iteration=run.iteration,
             model=reply.model or request.model,
             stop_reason=reply.stop_reason,
+            stop_details=reply.stop_details,
             content=list(reply.content),
             usage=reply.usage.to_dict(),
             cost_usd=cost,
