@@ -21,6 +21,7 @@ from statemachine_agent.tools.builtin import calculate, end_chat, finish, get_cu
 from statemachine_agent.tools.decorator import tool
 from statemachine_agent.tools.registry import ToolError, ToolRegistry
 
+
 def __getattr__(name: str) -> object:
     """`OpenAIModel` is imported on first use: it needs the optional `openai` package."""
     if name == "OpenAIModel":

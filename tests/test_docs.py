@@ -7,6 +7,7 @@ schema does not mention, a link to a file that moved.
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -29,6 +30,29 @@ EMIT = re.compile(r"""\.emit\(\s*["']([\w.]+)["']""")
 
 def python_blocks(path: Path) -> list[str]:
     return re.findall(r"^```python\n(.*?)^```", path.read_text(encoding="utf-8"), re.M | re.S)
+
+
+def section(text: str, heading: str) -> str:
+    """The text under a markdown heading, up to the next heading of its level or above
+    (a `#` line inside a code block is code, not a heading)."""
+    level = len(heading.split(" ", 1)[0])
+    lines: list[str] = []
+    fenced = False
+    for line in text.split(heading + "\n", 1)[1].splitlines(keepends=True):
+        if line.startswith("```"):
+            fenced = not fenced
+        elif not fenced and re.match(rf"#{{1,{level}}} ", line):
+            break
+        lines.append(line)
+    return "".join(lines)
+
+
+EXECUTED_DOCS = ("configuration.md", "durability.md", "troubleshooting.md")
+"""Docs whose every python block runs (embedding.md quotes the tested FastAPI example)."""
+
+EXECUTED_BLOCKS = [
+    (name, i) for name in EXECUTED_DOCS for i in range(len(python_blocks(DOCS / name)))
+]
 
 
 def emitted_events() -> set[str]:
@@ -189,7 +213,10 @@ class TestExamples:
 
     def test_readme_example_runs(self, capsys: pytest.CaptureFixture[str]) -> None:
         """The README's library example runs offline and reads every documented field."""
-        (code,) = python_blocks(README)
+        text = README.read_text(encoding="utf-8")
+        (code,) = re.findall(
+            r"^```python\n(.*?)^```", section(text, "## Use it as a library"), re.M | re.S
+        )
         namespace = run_block(code, "README.md")
         assert namespace["result"].end_state == "completed"
         for field in ("text", "data", "reason", "iterations", "usage", "cost_usd", "messages"):
@@ -206,6 +233,115 @@ class TestExamples:
         namespace = run_block(code, "docs/events.md")
         assert result.audit_path is not None
         assert namespace["transitions"](result.audit_path)[-1] == "reason --replied--> completed"
+
+
+class TestGuides:
+    @pytest.mark.parametrize(("doc", "index"), EXECUTED_BLOCKS, ids=lambda v: str(v))
+    def test_guide_examples_run(self, doc: str, index: int) -> None:
+        """Each python block of the configuration, durability and troubleshooting docs runs."""
+        run_block(python_blocks(DOCS / doc)[index], f"docs/{doc}[{index}]")
+
+    def test_guides_have_examples(self) -> None:
+        """The parametrized test above cannot pass empty: every guide has runnable blocks."""
+        for name in EXECUTED_DOCS:
+            assert python_blocks(DOCS / name), f"docs/{name} has no python block"
+
+    def test_readme_durable_example_runs(self, capsys: pytest.CaptureFixture[str]) -> None:
+        """The README's durable-run example pauses for approval, then resumes to completed."""
+        text = README.read_text(encoding="utf-8")
+        (code,) = re.findall(
+            r"^```python\n(.*?)^```", section(text, "## Durable runs"), re.M | re.S
+        )
+        namespace = run_block(code, "README.md#durable-runs")
+        assert namespace["done"].end_state == "completed"
+        assert "toolu_invoice" in capsys.readouterr().out
+
+    def test_troubleshooting_has_a_section_per_end_state(self) -> None:
+        """Every end state has a section in docs/troubleshooting.md naming its exit code."""
+        text = (DOCS / "troubleshooting.md").read_text(encoding="utf-8")
+        for state in table.END_STATES:
+            assert f"\n## `{state}`\n" in text, f"docs/troubleshooting.md lacks `{state}`"
+            body = section(text, f"## `{state}`")
+            assert f"**Exit code {EXIT_CODES[state]}.**" in body
+            assert "audit file" in body
+
+
+class TestConfigurationReference:
+    """docs/configuration.md names every knob the code has, so a new one cannot go undocumented."""
+
+    text = (DOCS / "configuration.md").read_text(encoding="utf-8")
+
+    def rows(self, heading: str) -> set[str]:
+        return set(re.findall(r"^\| `([\w-]+)`", section(self.text, heading), re.M))
+
+    def test_every_agent_parameter_has_a_row(self) -> None:
+        """Each parameter of `Agent.__init__` is a row of the Agent table, with its default."""
+        import inspect
+
+        from statemachine_agent import Agent
+
+        params = inspect.signature(Agent.__init__).parameters
+        names = [name for name in params if name != "self"]
+        assert set(names) - self.rows("## `Agent`") == set()
+        for name in names:
+            default = params[name].default
+            if default is inspect.Parameter.empty or hasattr(default, "__dataclass_fields__"):
+                continue
+            shown = json.dumps(default) if isinstance(default, str) else repr(default)
+            row = re.search(rf"^\| `{name}` \|.*$", self.text, re.M)
+            assert row is not None
+            assert f"`{shown}`" in row.group(0), f"{name}: default {shown} not shown"
+
+    @pytest.mark.parametrize(
+        ("heading", "cls"),
+        [
+            ("## `Budget`", "statemachine_agent.policy.budget.Budget"),
+            ("## `StallPolicy`", "statemachine_agent.policy.stall.StallPolicy"),
+            ("## `ContextPolicy`", "statemachine_agent.policy.context.ContextPolicy"),
+            ("## Pricing", "statemachine_agent.policy.pricing.Price"),
+            ("## Tools", "statemachine_agent.tools.base.Tool"),
+        ],
+    )
+    def test_every_field_has_a_row(self, heading: str, cls: str) -> None:
+        """Each init field of the policy and tool dataclasses is a row of its section."""
+        import dataclasses
+        import importlib
+
+        module, name = cls.rsplit(".", 1)
+        fields = dataclasses.fields(getattr(importlib.import_module(module), name))
+        assert {f.name for f in fields if f.init} - self.rows(heading) == set()
+
+    def test_default_prices_are_listed(self) -> None:
+        """Each default price appears with its input and output rates."""
+        from statemachine_agent.policy.pricing import DEFAULT_PRICES
+
+        for model, price in DEFAULT_PRICES.items():
+            assert f"| `{model}` | {price.input} | {price.output} |" in self.text
+
+    def test_every_cli_flag_is_documented_under_its_command(self) -> None:
+        """Each option of each subcommand appears in that command's section."""
+        import argparse
+
+        from statemachine_agent.cli import parser
+
+        (sub,) = [a for a in parser()._actions if isinstance(a, argparse._SubParsersAction)]
+        for command, subparser in sub.choices.items():
+            body = section(self.text, f"### `statemachine-agent {command}`")
+            for action in subparser._actions:
+                for option in action.option_strings:
+                    if option not in ("-h", "--help"):
+                        assert f"`{option}" in body, f"{command} {option} is undocumented"
+
+    def test_environment_variables_are_listed(self) -> None:
+        """The variables the models read are in the table."""
+        body = section(self.text, "## Environment variables")
+        for name in (
+            "ANTHROPIC_API_KEY",
+            "ANTHROPIC_BASE_URL",
+            "OPENAI_API_KEY",
+            "OPENAI_BASE_URL",
+        ):
+            assert f"| `{name}` |" in body
 
 
 class TestQuickStartAndLinks:
