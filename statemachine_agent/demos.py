@@ -172,7 +172,7 @@ APPROVAL_PAUSE = Scenario(
         ),
         tool_use("send_email", {"draft": 1}),
         text("The invitation is on its way to Ken."),
-    ],  # fmt: skip
+    ],
     options=lambda: {"checkpointer": MemoryCheckpointer()},
     decide=lambda pending: {call["tool_use_id"]: Approve() for call in pending},
 )

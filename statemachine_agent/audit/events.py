@@ -50,9 +50,26 @@ class Emitter:
         self.run_id = run_id
         self.sinks = list(sinks)
         self.redactor = redactor or Redactor()
+        self._chosen_logger = logger is not None
         self.logger = logger if logger is not None else default_logger()
+        self._stdlib = logging.getLogger(LOGGER_NAME)
+
+    def listened(self) -> bool:
+        """Whether any sink or logger would receive an event (else emitting is skipped).
+
+        Building, redacting and passing on an event nobody receives costs more than
+        the machine's transition itself, so a run with no audit pays nothing for it.
+        """
+        return bool(
+            self.sinks
+            or self._chosen_logger
+            or structlog.is_configured()
+            or self._stdlib.isEnabledFor(logging.INFO)
+        )
 
     def emit(self, event: str, **payload: Any) -> None:
+        if not self.listened():
+            return
         record: dict[str, Any] = {"event": event, "run_id": self.run_id, "ts": time.time()}
         record.update(payload)
         record = self.redactor.redact(record)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
 
 from statemachine_agent.models.base import JSON
 
@@ -24,12 +23,29 @@ CHARS_PER_TOKEN = 4
 """A rough local estimate; `ContextPolicy.count_tokens` asks the API instead."""
 
 
-def estimate_tokens(messages: Sequence[JSON], *extra: Any) -> int:
-    """Roughly how many tokens the request will take (characters / 4)."""
-    size = len(json.dumps(list(messages), ensure_ascii=False, default=str))
-    for part in extra:
-        size += len(json.dumps(part, ensure_ascii=False, default=str))
-    return size // CHARS_PER_TOKEN
+class SizeCache:
+    """The history's size in characters, measured incrementally.
+
+    Measuring the whole history before every call would make a long run
+    quadratic. Messages are only ever appended, or changed in place at the end
+    (a continued reply, a notice) or by compaction, which says where it began;
+    so only the last known message and the new ones are measured again.
+    """
+
+    def __init__(self) -> None:
+        self._sizes: list[int] = []
+
+    def estimate(self, messages: Sequence[JSON]) -> int:
+        """Roughly how many tokens the messages take (characters / 4)."""
+        keep = max(min(len(self._sizes), len(messages)) - 1, 0)
+        del self._sizes[keep:]
+        for message in messages[keep:]:
+            self._sizes.append(len(json.dumps(message, ensure_ascii=False, default=str)))
+        return sum(self._sizes) // CHARS_PER_TOKEN
+
+    def forget_from(self, index: int) -> None:
+        """Messages from `index` on were rewritten: measure them again next time."""
+        del self._sizes[index:]
 
 
 def _result_blocks(messages: Sequence[JSON]) -> list[tuple[int, JSON]]:

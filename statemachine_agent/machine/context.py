@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from statemachine_agent.audit.events import Emitter
+from statemachine_agent.context.compaction import SizeCache
 from statemachine_agent.effects.base import Effects
 from statemachine_agent.machine.run import RunRecord
 from statemachine_agent.models.base import Model, ModelRequest
@@ -20,6 +21,7 @@ from statemachine_agent.persistence.delta import CheckpointWriter
 from statemachine_agent.policy.approval import ApprovalPolicy
 from statemachine_agent.policy.context import ContextPolicy
 from statemachine_agent.policy.pricing import PriceTable
+from statemachine_agent.policy.stall import StallDetector, StallPolicy
 from statemachine_agent.policy.verify import Claim, Verdict
 from statemachine_agent.tools.registry import ToolRegistry
 
@@ -57,8 +59,18 @@ class RunContext:
     request: ModelRequest | None = None
     """The request `perceive` built for the next `reason`."""
     writer: CheckpointWriter | None = None
+    sizes: SizeCache = field(default_factory=SizeCache)
+    """The history's measured size, kept between calls (see `SizeCache`)."""
+    stall_detector: StallDetector | None = None
+    """The live detector, kept between observations (rebuilt from the record on resume)."""
     checkpoint_error: str | None = None
     """Why checkpointing failed; the engine then ends the run in `failed`."""
+
+    def detector(self, policy: StallPolicy) -> StallDetector:
+        """The run's stall detector: the live one, or rebuilt from the record's state."""
+        if self.stall_detector is None:
+            self.stall_detector = StallDetector.from_state(policy, self.state.stall_state)
+        return self.stall_detector
 
     def checkpoint(self) -> None:
         """Append what changed since the last checkpoint (no-op without a checkpointer).

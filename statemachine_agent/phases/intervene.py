@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from statemachine_agent.context.notices import add_user_text
 from statemachine_agent.machine.context import RunContext
-from statemachine_agent.policy.stall import StallDetector
 
 
 def intervention_text(finding: dict[str, object], number: int, allowed: int) -> str:
@@ -33,7 +32,7 @@ class Intervene:
         policy = run.settings.stall
         finding = dict(run.stall or {})
         if policy is not None:
-            detector = StallDetector.from_state(policy, run.stall_state)
+            detector = ctx.detector(policy)
             detector.acknowledge()
             run.stall_state = detector.to_state()
         run.interventions += 1

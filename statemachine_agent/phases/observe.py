@@ -8,7 +8,6 @@ very next message, and the model reads results best in the order it asked.
 from __future__ import annotations
 
 from statemachine_agent.machine.context import RunContext
-from statemachine_agent.policy.stall import StallDetector
 
 
 class Observe:
@@ -24,7 +23,7 @@ class Observe:
             )
         policy = run.settings.stall
         if policy is not None and run.outcomes:
-            detector = StallDetector.from_state(policy, run.stall_state)
+            detector = ctx.detector(policy)
             for call, outcome in zip(run.pending_calls, run.outcomes, strict=True):
                 detector.record(call.name, call.input, outcome.content, is_error=outcome.is_error)
             run.stall_state = detector.to_state()

@@ -10,7 +10,7 @@ grows past its threshold.
 from __future__ import annotations
 
 from statemachine_agent.context.caching import cache_last_tool, cache_latest_message
-from statemachine_agent.context.compaction import compact_tool_results, estimate_tokens
+from statemachine_agent.context.compaction import compact_tool_results
 from statemachine_agent.context.notices import add_user_text
 from statemachine_agent.machine.context import RunContext
 from statemachine_agent.models.base import JSON, ModelRequest
@@ -57,12 +57,13 @@ class Perceive:
         run = ctx.state
         if forced:
             run.overflow_retried = True
-        before = estimate_tokens(run.messages)
+        before = ctx.sizes.estimate(run.messages)
         replaced, first = compact_tool_results(run.messages, keep)
         if replaced:
             run.compactions += 1
         if first is not None:
             run.dirty_from = first if run.dirty_from is None else min(run.dirty_from, first)
+            ctx.sizes.forget_from(first)
         ctx.emitter.emit(
             "context.compacted",
             iteration=run.iteration,
@@ -70,7 +71,7 @@ class Perceive:
             replaced=replaced,
             kept=keep,
             tokens_before=before,
-            tokens_after=estimate_tokens(run.messages),
+            tokens_after=ctx.sizes.estimate(run.messages),
         )
 
 
@@ -86,7 +87,7 @@ async def _over_threshold(ctx: RunContext) -> bool:
     counter = getattr(ctx.deps.model, "acount_tokens", None)
     if ctx.deps.context.count_tokens and counter is not None:
         return int(await counter(build_request(ctx))) >= limit
-    return estimate_tokens(ctx.state.messages) >= limit
+    return ctx.sizes.estimate(ctx.state.messages) >= limit
 
 
 def system_blocks(text: str | None, *, cache: bool) -> list[JSON]:

@@ -29,6 +29,7 @@ and a result is kept as a short hash, never as text.
 from __future__ import annotations
 
 import difflib
+import functools
 import hashlib
 import json
 import unicodedata
@@ -367,18 +368,28 @@ class StallDetector:
     def _near_duplicate(self) -> StallFinding | None:
         """Same tool, arguments reworded but not really changed: the same question again."""
         similarity = self._policy.similarity
-        clusters: list[tuple[str, Any, list[_Observation]]] = []
-        for o in self._observations:
-            value = json.loads(o.args)
-            for tool, anchor, members in clusters:
-                if tool == o.tool and _alike(anchor, value, similarity):
-                    members.append(o)
-                    break
-            else:
-                clusters.append((o.tool, value, [o]))
+        groups: list[list[_Observation]]
+        if similarity is None:
+            # Without a similarity ratio, "alike" is equality of normalized forms: group
+            # by that key in one pass instead of comparing every pair of calls.
+            by_key: dict[tuple[str, str], list[_Observation]] = {}
+            for o in self._observations:
+                by_key.setdefault((o.tool, _normal_key(o.args)), []).append(o)
+            groups = list(by_key.values())
+        else:
+            clusters: list[tuple[str, Any, list[_Observation]]] = []
+            for o in self._observations:
+                value = json.loads(o.args)
+                for tool, anchor, members in clusters:
+                    if tool == o.tool and _alike(anchor, value, similarity):
+                        members.append(o)
+                        break
+                else:
+                    clusters.append((o.tool, value, [o]))
+            groups = [members for _, _, members in clusters]
         calls = self._pick(
             members
-            for _, _, members in clusters
+            for members in groups
             if len(members) >= self._policy.threshold and len({m.args for m in members}) >= 2
         )
         if calls is None:
@@ -417,6 +428,22 @@ def normalize_text(text: str) -> str:
     folded = unicodedata.normalize("NFKC", text).casefold()
     spaced = "".join(" " if unicodedata.category(ch).startswith("P") else ch for ch in folded)
     return " ".join(sorted(spaced.split()))
+
+
+@functools.lru_cache(maxsize=4096)
+def _normal_key(args: str) -> str:
+    """A key equal for exactly the arguments `_alike` matches when no ratio is set."""
+    return json.dumps(_normal_form(json.loads(args)), separators=(",", ":"))
+
+
+def _normal_form(value: Any) -> Any:
+    if isinstance(value, str):
+        return ["s", normalize_text(value)]
+    if isinstance(value, dict):
+        return ["d", sorted((k, _normal_form(v)) for k, v in value.items())]
+    if isinstance(value, list):
+        return ["l", [_normal_form(v) for v in value]]
+    return [type(value).__name__, value]
 
 
 def _alike(anchor: Any, value: Any, similarity: float | None) -> bool:

@@ -71,6 +71,8 @@ class ToolRegistry:
         self.max_result_chars = max_result_chars
         self._tools: dict[str, Tool] = {}
         self._validators: dict[str, jsonschema.Draft202012Validator] = {}
+        self._keyed: set[str] = set()
+        """Tools whose handler takes the idempotency key (decided once, at registration)."""
         for item in tools:
             self.register(item)
 
@@ -94,6 +96,8 @@ class ToolRegistry:
                 f"Tool {tool.name!r} has an invalid input_schema: {exc.message}"
             ) from exc
         self._validators[tool.name] = jsonschema.Draft202012Validator(schema)
+        if _wants_idempotency_key(tool):
+            self._keyed.add(tool.name)
         self._tools[tool.name] = tool
 
     def get(self, name: str) -> Tool | None:
@@ -198,7 +202,7 @@ class ToolRegistry:
         while True:
             attempt += 1
             try:
-                value = await _run_handler(found, call)
+                value = await _run_handler(found, call, found.name in self._keyed)
             except _HandlerTimeoutError:
                 failure = _Failure(
                     "timeout",
@@ -352,9 +356,9 @@ def wrap_untrusted(content: str, source: str) -> str:
     )
 
 
-async def _run_handler(found: Tool, call: ToolCall) -> Any:
+async def _run_handler(found: Tool, call: ToolCall, wants_key: bool) -> Any:
     kwargs = dict(call.input)
-    if call.idempotency_key and _wants_idempotency_key(found):
+    if call.idempotency_key and wants_key:
         kwargs[IDEMPOTENCY_PARAM] = call.idempotency_key
     timer = asyncio.timeout(found.timeout)
     try:
