@@ -1,0 +1,371 @@
+"""Benchmark 2: many runs at once in one process, and what an open run holds.
+
+Part 1 (throughput): RUNS concurrent `Agent.arun` calls on one event loop, each 5
+iterations (4 tool calls, then text) against a model that sleeps 50 ms per call.
+The ideal wall time is 5 x 50 ms; the baseline measured in the same rounds is a
+bare asyncio loop doing the same sleeps and tool calls with no engine at all.
+Peak memory per run is tracemalloc's peak over a separate, traced round of
+PEAK_RUNS runs, divided by PEAK_RUNS.
+
+Part 2 (memory per open run): OPEN runs are started and left blocked inside the
+model call; tracemalloc's growth / OPEN is what one in-flight run holds (record,
+context, emitter, task and frames; the history is only the prompt). The same is
+measured for the peers' ways of holding a run open, in the same process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import time
+import tracemalloc
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from benchmarks import common
+
+RUNS = int(os.environ.get("BENCH_CONCURRENT_RUNS", "10000"))
+ITERATIONS = 5
+DELAY = 0.05
+IDEAL = ITERATIONS * DELAY
+OPEN = int(os.environ.get("BENCH_OPEN_RUNS", "2000"))
+PEAK_RUNS = min(RUNS, 2000)
+"""Runs in the traced round for peak memory (tracemalloc slows a round ~3x)."""
+PEER_OPEN = {"pydantic_ai_iter": 200, "langgraph_paused": 100}
+"""Fewer open runs for the slow-to-start peers (per-run bytes do not depend on the count)."""
+REPEATS = max(5, min(common.REPEATS, 5))
+
+
+class CountingSink:
+    """Counts events (the run's own audit sink, as cheap as a sink can be)."""
+
+    def __init__(self) -> None:
+        self.events = 0
+
+    def write(self, event: Any) -> None:
+        self.events += 1
+
+    def close(self) -> None:
+        return None
+
+
+def make_agent(delay: float, sink: CountingSink | None = None) -> Any:
+    from statemachine_agent import Agent
+
+    return Agent(
+        model=common.FakeModel(common.tool_script(ITERATIONS - 1), delay=delay),
+        tools=[common.lookup_tool()],
+        sinks=[sink] if sink else [],
+    )
+
+
+# -- part 1: throughput ----------------------------------------------------------------
+
+
+async def _engine_round(runs: int) -> tuple[float, int]:
+    sink = CountingSink()
+    agent = make_agent(DELAY, sink)
+    start = time.perf_counter()
+    results = await asyncio.gather(*(agent.arun("go") for _ in range(runs)))
+    wall = time.perf_counter() - start
+    assert all(r.end_state == "completed" and r.iterations == ITERATIONS for r in results)
+    return wall, sink.events
+
+
+async def _bare_round(runs: int) -> tuple[float, int]:
+    async def lookup(n: int) -> str:
+        return f"item {n}"
+
+    async def one() -> list[dict[str, Any]]:
+        messages: list[dict[str, Any]] = [{"role": "user", "content": "go"}]
+        for i in range(ITERATIONS):
+            await asyncio.sleep(DELAY)
+            messages.append({"role": "assistant", "content": f"call {i}"})
+            if i < ITERATIONS - 1:
+                messages.append({"role": "user", "content": await lookup(i)})
+        return messages
+
+    start = time.perf_counter()
+    await asyncio.gather(*(one() for _ in range(runs)))
+    return time.perf_counter() - start, 0
+
+
+def throughput() -> dict[str, Any]:
+    walls: dict[str, list[float]] = {"bare": [], "engine": []}
+    events = 0
+    for _ in range(REPEATS):
+        for name, fn in (("bare", _bare_round), ("engine", _engine_round)):
+            gc.collect()
+            wall, count = asyncio.run(fn(RUNS))
+            walls[name].append(wall)
+            events = count or events
+    gc.collect()
+    tracemalloc.start()
+    asyncio.run(_engine_round(PEAK_RUNS))
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    engine = common.summary(walls["engine"])
+    return {
+        "runs": RUNS,
+        "iterations_per_run": ITERATIONS,
+        "model_delay_s": DELAY,
+        "ideal_s": IDEAL,
+        "wall_s": engine,
+        "bare_wall_s": common.summary(walls["bare"]),
+        "ratio_to_ideal": engine["median"] / IDEAL,
+        "cpu_us_per_iteration": (engine["median"] - IDEAL) / (RUNS * ITERATIONS) * 1e6,
+        "events_per_run": events / RUNS,
+        "events_per_s": events / engine["median"],
+        "peak_runs": PEAK_RUNS,
+        "peak_bytes_per_run": peak / PEAK_RUNS,
+    }
+
+
+# -- part 2: memory per open run -------------------------------------------------------
+
+
+class Gate:
+    """Blocks every caller until opened, counting how many are waiting."""
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+        self.waiting = 0
+
+    async def wait(self) -> None:
+        self.waiting += 1
+        await self.event.wait()
+
+
+async def _held(n: int, start_one: Callable[[Gate], Awaitable[Any]]) -> float:
+    """Bytes per run while `n` runs wait at the gate (measured between their start and end)."""
+    gate = Gate()
+    gc.collect()
+    before = tracemalloc.get_traced_memory()[0]
+    tasks = [asyncio.ensure_future(start_one(gate)) for _ in range(n)]
+    while gate.waiting < n:
+        await asyncio.sleep(0.01)
+    gc.collect()
+    held = tracemalloc.get_traced_memory()[0] - before
+    gate.event.set()
+    await asyncio.gather(*tasks)
+    return held / n
+
+
+def _engine_open() -> Callable[[Gate], Awaitable[Any]]:
+    from statemachine_agent import Agent
+
+    class GatedModel(common.FakeModel):
+        gate: Gate
+
+        async def acomplete(self, request: Any) -> Any:
+            await self.gate.wait()
+            return self.complete(request)
+
+    model = GatedModel(common.tool_script(0))
+    agent = Agent(model=model, tools=[common.lookup_tool()])
+
+    async def start(gate: Gate) -> Any:
+        model.gate = gate
+        return await agent.arun("go")
+
+    return start
+
+
+def _pydantic_ai_open() -> Callable[[Gate], Awaitable[Any]]:
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import ModelResponse, TextPart
+    from pydantic_ai.models.function import FunctionModel
+
+    holder: dict[str, Gate] = {}
+
+    async def respond(messages: list[Any], info: Any) -> ModelResponse:
+        await holder["gate"].wait()
+        return ModelResponse(parts=[TextPart("done")])
+
+    agent = Agent(FunctionModel(respond))
+
+    @agent.tool_plain
+    async def lookup(n: int) -> str:
+        """Look up an item."""
+        return f"item {n}"
+
+    async def start(gate: Gate) -> Any:
+        holder["gate"] = gate
+        async with agent.iter("go") as run:
+            async for _ in run:
+                pass
+        return run.result
+
+    return start
+
+
+def _transitions_per_run() -> Callable[[Gate], Awaitable[Any]]:
+    from transitions import Machine
+
+    states = ["perceive", "reason", "act", "observe", "done"]
+
+    class Model:
+        pass
+
+    async def start(gate: Gate) -> Any:
+        model = Model()
+        Machine(model=model, states=states, initial="perceive", auto_transitions=False)
+        await gate.wait()
+        return model
+
+    return start
+
+
+def _transitions_shared() -> Callable[[Gate], Awaitable[Any]]:
+    from transitions import Machine
+
+    machine = Machine(
+        model=None,
+        states=["perceive", "reason", "act", "observe", "done"],
+        initial="perceive",
+        auto_transitions=False,
+    )
+
+    class Model:
+        pass
+
+    async def start(gate: Gate) -> Any:
+        model = Model()
+        machine.add_model(model)
+        await gate.wait()
+        machine.remove_model(model)
+        return model
+
+    return start
+
+
+def _task_only() -> Callable[[Gate], Awaitable[Any]]:
+    async def start(gate: Gate) -> None:
+        await gate.wait()
+
+    return start
+
+
+def langgraph_paused(n: int) -> float:
+    """A LangGraph thread paused before its tool node, kept in an `InMemorySaver`."""
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from benchmarks.overhead import _langgraph_agent
+
+    saver = InMemorySaver()
+    graph = _langgraph_agent(saver, sync_tool=True, interrupt_before=["tools"])
+    gc.collect()
+    before = tracemalloc.get_traced_memory()[0]
+    for i in range(n):
+        graph.invoke({"messages": [("user", "go")]}, {"configurable": {"thread_id": f"t{i}"}})
+    gc.collect()
+    held = tracemalloc.get_traced_memory()[0] - before
+    assert graph.get_state({"configurable": {"thread_id": "t0"}}).next == ("tools",)
+    return held / n
+
+
+def open_runs() -> dict[str, Any]:
+    starters: dict[str, Callable[[Gate], Awaitable[Any]]] = {
+        "engine": _engine_open(),
+        "asyncio_task_only": _task_only(),
+        "transitions_machine_per_run": _transitions_per_run(),
+        "transitions_shared_add_model": _transitions_shared(),
+        "pydantic_ai_iter": _pydantic_ai_open(),
+    }
+    samples: dict[str, list[float]] = {name: [] for name in [*starters, "langgraph_paused"]}
+    tracemalloc.start()
+    try:
+        for start in starters.values():  # warm-up: imports, caches, first-call setup
+            asyncio.run(_held(50, start))
+        langgraph_paused(20)
+        for _ in range(REPEATS):
+            for name, start in starters.items():
+                samples[name].append(asyncio.run(_held(PEER_OPEN.get(name, OPEN), start)))
+            samples["langgraph_paused"].append(langgraph_paused(PEER_OPEN["langgraph_paused"]))
+    finally:
+        tracemalloc.stop()
+    return {name: common.summary(values) for name, values in samples.items()}
+
+
+OPEN_LABELS = {
+    "engine": "this engine: run blocked in its model call",
+    "asyncio_task_only": "a bare asyncio task waiting (floor)",
+    "transitions_machine_per_run": "one transitions Machine per run",
+    "transitions_shared_add_model": "a model added to a shared transitions Machine",
+    "pydantic_ai_iter": "pydantic-ai run opened with iter(), in its model call",
+    "langgraph_paused": "LangGraph thread paused before tools, InMemorySaver",
+}
+
+
+def ms(stat: dict[str, Any]) -> str:
+    return common.fmt_range({k: stat[k] * 1000 for k in ("median", "min", "max")})
+
+
+def render(part1: dict[str, Any], part2: dict[str, Any]) -> str:
+    kib = 1024
+    rows1 = [
+        ["runs x iterations", f"{part1['runs']:,} x {ITERATIONS}"],
+        ["ideal wall time", f"{IDEAL * 1000:.0f} ms"],
+        ["bare asyncio loop, same sleeps (baseline)", f"{ms(part1['bare_wall_s'])} ms"],
+        ["engine wall time", f"{ms(part1['wall_s'])} ms"],
+        ["engine / ideal (target <= 1.5x)", f"{part1['ratio_to_ideal']:.2f}x"],
+        [
+            "engine / bare asyncio",
+            f"{part1['wall_s']['median'] / part1['bare_wall_s']['median']:.2f}x",
+        ],
+        [
+            "(wall - ideal) / (runs x iterations): engine time per iteration",
+            f"{part1['cpu_us_per_iteration']:.0f} us",
+        ],
+        ["events per run", f"{part1['events_per_run']:.0f}"],
+        ["events/s", f"{part1['events_per_s']:,.0f}"],
+        [
+            f"peak traced memory per run ({PEAK_RUNS:,} runs traced)",
+            f"{part1['peak_bytes_per_run'] / kib:.1f} KiB",
+        ],
+    ]
+    rows2 = [
+        [
+            OPEN_LABELS[name],
+            f"{PEER_OPEN.get(name, OPEN):,}",
+            common.fmt_range({k: v / kib for k, v in stat.items() if k != "samples"}),
+        ]
+        for name, stat in part2.items()
+    ]
+    return "\n".join(
+        [
+            common.table(["concurrency", "figure"], rows1),
+            "",
+            common.table(["memory per open run", "runs open", "KiB, median (min-max)"], rows2),
+        ]
+    )
+
+
+def main() -> None:
+    part1 = throughput()
+    part2 = open_runs()
+    engine_kib = part2["engine"]["median"] / 1024
+    checks = [
+        {
+            "target": "wall <= 1.5x ideal",
+            "value": part1["ratio_to_ideal"],
+            "limit": 1.5,
+            "status": "met" if part1["ratio_to_ideal"] <= 1.5 else "missed",
+        },
+        {
+            "target": "open run <= 12 KiB",
+            "value": engine_kib,
+            "limit": 12,
+            "status": "met" if engine_kib <= 12 else "missed",
+        },
+    ]
+    text = render(part1, part2)
+    text += "".join(f"\n- target {c['target']}: {c['value']:.3g} -> {c['status']}" for c in checks)
+    print(text)
+    figures = {"throughput": part1, "open_run_bytes": part2, "open_runs": OPEN, "targets": checks}
+    print("wrote", common.write_result("concurrency", figures, text))
+
+
+if __name__ == "__main__":
+    main()
