@@ -1,0 +1,187 @@
+"""The agents the scale-out tests run, registered by name for every worker process.
+
+Each worker (DBOS or Temporal, in the test process or a child) imports this
+module and so builds the same agents. What varies per test comes from the
+environment, which child processes inherit:
+
+- `SMA_SCALE_LEDGER`: a file every model call and tool execution appends a line
+  to (`<worker> <kind> <key>`), so a test can count what really ran, where;
+- `SMA_SCALE_WORKER`: the name this process writes in the ledger;
+- `SMA_SCALE_KILL_AT`: a tool_use id; the process SIGKILLs itself once, inside
+  that tool, right after its ledger line (a crash mid-step);
+- `SMA_SCALE_TOOL_DELAY`: seconds each lookup takes (to keep workers busy);
+- `SMA_SCALE_APPROVAL_TIMEOUT`: seconds the approval agent waits for a decision;
+- `SMA_SCALE_AUDIT`: a folder for the payments agent's audit files.
+
+The model answers by conversation progress and every tool_use id is explicit,
+so any process gives the same reply at the same point of the same run.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from statemachine_agent import Agent, ModelError, ModelRequest, ToolCall, tool
+from statemachine_agent.effects.base import Effects
+from statemachine_agent.policy.approval import ApprovalPolicy
+from statemachine_agent.scale import ProgressModel, WaitsForApproval, register_agent
+from statemachine_agent.testing import replies
+
+PAYMENTS = "scale-payments"
+APPROVAL = "scale-approval"
+FLAKY = "scale-flaky"
+FATAL = "scale-fatal"
+
+LEDGER_ENV = "SMA_SCALE_LEDGER"
+WORKER_ENV = "SMA_SCALE_WORKER"
+KILL_ENV = "SMA_SCALE_KILL_AT"
+DELAY_ENV = "SMA_SCALE_TOOL_DELAY"
+APPROVAL_TIMEOUT_ENV = "SMA_SCALE_APPROVAL_TIMEOUT"
+AUDIT_ENV = "SMA_SCALE_AUDIT"
+FINAL_TEXT = "Paid 12 in total; a=A, b=B."
+
+
+def record(kind: str, key: str) -> None:
+    """Append one line to the ledger, if the test asked for one."""
+    ledger = os.environ.get(LEDGER_ENV)
+    if not ledger:
+        return
+    worker = os.environ.get(WORKER_ENV, "main")
+    with open(ledger, "a", encoding="utf-8") as out:
+        out.write(f"{worker} {kind} {key}\n")
+
+
+def ledger_lines(path: Path) -> list[tuple[str, str, str]]:
+    """The ledger as (worker, kind, key) triples."""
+    if not path.exists():
+        return []
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return [(a, b, c) for a, b, c in (line.split(" ", 2) for line in lines if line)]
+
+
+def prompt_of(request: ModelRequest) -> str:
+    """The run's prompt (its first message), which the tests make unique per run."""
+    first = request.messages[0]["content"] if request.messages else ""
+    if isinstance(first, str):
+        return first
+    return "".join(str(block.get("text", "")) for block in first if block.get("type") == "text")
+
+
+def maybe_die(tool_use_id: str) -> None:
+    """SIGKILL this process inside the chosen tool call, once per ledger."""
+    target = os.environ.get(KILL_ENV)
+    ledger = os.environ.get(LEDGER_ENV)
+    if not target or not ledger or not tool_use_id.endswith(":" + target):
+        return
+    mark = Path(ledger + ".killed")
+    if mark.exists():
+        return
+    mark.write_text(tool_use_id, encoding="utf-8")
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+class LedgerModel(ProgressModel):
+    """A progress model that writes each call it answers to the ledger."""
+
+    async def acomplete(self, request: ModelRequest) -> Any:
+        record("model", f"{prompt_of(request)}#{self.progress(request)}")
+        return await super().acomplete(request)
+
+
+def payments_script() -> list[dict[str, Any]]:
+    return [
+        replies.tool_uses(
+            ("lookup", {"key": "a"}), ("lookup", {"key": "b"}), ids=("toolu_look_a", "toolu_look_b")
+        ),
+        replies.tool_uses(
+            ("pay", {"amount": 5}), ("pay", {"amount": 7}), ids=("toolu_pay5", "toolu_pay7")
+        ),
+        replies.text(FINAL_TEXT),
+    ]
+
+
+@register_agent(PAYMENTS)
+def payments(effects: Effects) -> Agent:
+    """Two concurrent read-only lookups, two sequential payments, then an answer."""
+
+    @tool
+    def lookup(key: str, idempotency_key: str) -> str:
+        """Read a value (read-only: safe to run again)."""
+        record("tool", idempotency_key)
+        time.sleep(float(os.environ.get(DELAY_ENV) or 0))
+        return key.upper()
+
+    @tool(side_effect=True, sequential=True)
+    def pay(amount: int, idempotency_key: str) -> str:
+        """Pay an amount; a real payment API would refuse a repeated idempotency key."""
+        record("tool", idempotency_key)
+        maybe_die(idempotency_key)
+        return f"paid {amount}"
+
+    return Agent(
+        LedgerModel(payments_script()),
+        tools=[lookup, pay],
+        system="Pay the user's bills.",
+        stall=None,
+        audit_dir=os.environ.get(AUDIT_ENV) or None,
+        effects=effects,
+    )
+
+
+@register_agent(APPROVAL)
+def approval(effects: Effects) -> Agent:
+    """An e-mail that a human must approve; the engine waits for the decision."""
+
+    @tool(requires_approval=True, side_effect=True)
+    def send_email(to: str, body: str, idempotency_key: str) -> str:
+        """Send an e-mail."""
+        record("tool", idempotency_key)
+        return f"sent to {to}"
+
+    policy: ApprovalPolicy | None = None
+    if isinstance(effects, WaitsForApproval):
+        waits = effects
+
+        def policy(call: ToolCall) -> Any:
+            """Read the timeout per call, so one worker serves tests with different ones."""
+            return waits.approval(float(os.environ.get(APPROVAL_TIMEOUT_ENV) or 30))(call)
+
+    script = [
+        replies.tool_use("send_email", {"to": "boss@example.com", "body": "hi"}, id="toolu_mail"),
+        replies.text("Sent."),
+    ]
+    return Agent(
+        LedgerModel(script), tools=[send_email], approval=policy, stall=None, effects=effects
+    )
+
+
+def _flaky(request: ModelRequest) -> dict[str, Any]:
+    """Overloaded at the first attempt, fine at the next (a transient failure)."""
+    ledger = os.environ.get(LEDGER_ENV)
+    key = f"{prompt_of(request)}#0"
+    attempts = sum(1 for line in ledger_lines(Path(ledger)) if line[2] == key) if ledger else 1
+    if attempts <= 1:
+        raise ModelError("Overloaded", status=529, error_type="overloaded_error", retryable=True)
+    return replies.text("Recovered.")
+
+
+def _fatal(request: ModelRequest) -> dict[str, Any]:
+    raise ModelError(
+        "invalid x-api-key", status=401, error_type="authentication_error", retryable=False
+    )
+
+
+@register_agent(FLAKY)
+def flaky(effects: Effects) -> Agent:
+    """The model fails once with a retryable error; the engine's retry recovers."""
+    return Agent(LedgerModel([_flaky]), stall=None, effects=effects)
+
+
+@register_agent(FATAL)
+def fatal(effects: Effects) -> Agent:
+    """The model rejects the key (401): no engine may retry that."""
+    return Agent(LedgerModel([_fatal]), stall=None, effects=effects)

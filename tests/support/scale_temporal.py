@@ -1,0 +1,120 @@
+"""A Temporal worker or client in a child process, for the scale-out tests.
+
+Usage:
+    python -m tests.support.scale_temporal worker ADDRESS QUEUE IDENTITY
+    python -m tests.support.scale_temporal run ADDRESS QUEUE AGENT RUN_ID PROMPT
+    python -m tests.support.scale_temporal approve ADDRESS QUEUE RUN_ID
+
+The Temporal SDK's Rust core keeps threads that can abort the interpreter at
+exit (temporalio/sdk-python#300, "PyGILState_Release ... finalizing"), so the
+test process never connects to Temporal itself: every client and worker runs
+here, prints its answer as one JSON line and leaves with `os._exit`, skipping
+the interpreter teardown where the abort happens. A worker runs until SIGTERM
+(then shuts down cleanly) or until it SIGKILLs itself in a crash test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+import time
+import traceback
+from datetime import timedelta
+from typing import Any
+
+from temporalio.client import Client
+
+import tests.support.scale_agents as agents
+from statemachine_agent import Approve
+from statemachine_agent.effects import temporal
+from statemachine_agent.scale.codec import result_to_plain
+
+TEST_OPTIONS = temporal.TemporalOptions(
+    model_timeout=timedelta(seconds=20),
+    model_attempts=3,
+    heartbeat_timeout=timedelta(seconds=2),
+    retry_initial_interval=timedelta(milliseconds=200),
+    retry_maximum_interval=timedelta(seconds=1),
+)
+"""Short enough that a dead worker's activity moves on within a test's patience."""
+
+
+async def connect(address: str) -> Client:
+    """Connect, retrying while a just-started dev server comes up."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            return await Client.connect(address)
+        except RuntimeError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.2)
+
+
+async def work(address: str, queue: str, identity: str) -> None:
+    client = await connect(address)
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    worker = temporal.create_worker(
+        client,
+        task_queue=queue,
+        options=TEST_OPTIONS,
+        identity=identity,
+        sticky_queue_schedule_to_start_timeout=timedelta(seconds=1),
+    )
+    async with worker:
+        print(json.dumps({"ready": identity}), flush=True)
+        await stop.wait()
+
+
+async def run(address: str, queue: str, agent: str, run_id: str, prompt: str) -> dict[str, Any]:
+    client = await connect(address)
+    result = await temporal.run_agent(client, agent, prompt, run_id=run_id, task_queue=queue)
+    return {"result": result_to_plain(result)}
+
+
+async def approve(address: str, queue: str, run_id: str) -> dict[str, Any]:
+    """Start the approval agent, approve its e-mail once it waits, and return the result."""
+    client = await connect(address)
+    handle = await temporal.start_run(
+        client, agents.APPROVAL, "Mail the boss.", run_id=run_id, task_queue=queue
+    )
+    waited: list[str] = []
+    for _ in range(200):
+        waited = await temporal.awaiting_approval(client, run_id)
+        if waited:
+            break
+        await asyncio.sleep(0.05)
+    await temporal.send_decision(client, run_id, "toolu_mail", Approve())
+    result = await temporal.get_result(handle)
+    return {"waited": waited, "result": result_to_plain(result)}
+
+
+def main(argv: list[str]) -> None:
+    mode, address, queue = argv[0], argv[1], argv[2]
+    if mode == "worker":
+        asyncio.run(work(address, queue, argv[3]))
+        answer: dict[str, Any] = {"stopped": argv[3]}
+    elif mode == "run":
+        answer = asyncio.run(run(address, queue, argv[3], argv[4], argv[5]))
+    elif mode == "approve":
+        answer = asyncio.run(approve(address, queue, argv[3]))
+    else:
+        raise SystemExit(f"unknown mode {mode!r}")
+    print(json.dumps(answer), flush=True)
+
+
+if __name__ == "__main__":
+    code = 0
+    try:
+        main(sys.argv[1:])
+    except BaseException as exc:
+        traceback.print_exc()
+        print(json.dumps({"error": f"{type(exc).__name__}: {exc}"}), flush=True)
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
