@@ -12,7 +12,7 @@ import concurrent.futures
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from statemachine_agent.audit.events import Emitter
 from statemachine_agent.audit.redact import Redactor
@@ -61,7 +61,7 @@ class Agent:
         max_continuations: int = 0,
         fallback_models: Sequence[Model | str] = (),
         approval: ApprovalPolicy | None = None,
-        checkpointer: Checkpointer | None = None,
+        checkpointer: Checkpointer | Literal[False] | None = None,
         state_dir: str | Path | None = None,
         max_tokens: int = DEFAULT_MAX_TOKENS,
         audit_dir: str | Path | None = None,
@@ -92,7 +92,9 @@ class Agent:
             fallback_models: tried in order on overload or rate limit.
             approval: decides on calls of tools with `requires_approval=True`
                 (`Approve`, `Deny`, `Edit` or `Defer`); without one they are deferred.
-            checkpointer: where each transition is checkpointed, so `resume` works.
+            checkpointer: where each transition is checkpointed, so `resume` works;
+                `False` for none at all (not even the in-memory one an agent with
+                approval tools otherwise gets), e.g. when a durable engine records runs.
             state_dir: a folder for the default store (`<state_dir>/runs.sqlite3`).
             audit_dir: when given, each run's events go to `<audit_dir>/<run_id>.jsonl`.
             sinks: further audit sinks that receive every event of every run.
@@ -128,10 +130,12 @@ class Agent:
         )
         if checkpointer is None and state_dir is not None:
             checkpointer = SQLiteCheckpointer(Path(state_dir) / "runs.sqlite3")
-        if checkpointer is None and any(t.requires_approval for t in self.tools):
+        in_process = effects is None or isinstance(effects, InProcessEffects)
+        if checkpointer is None and in_process and any(t.requires_approval for t in self.tools):
             # A run paused for approval must be resumable: in this process at least.
+            # (On a durable engine, supplying its own effects, the engine records runs.)
             checkpointer = MemoryCheckpointer()
-        self.checkpointer = checkpointer
+        self.checkpointer: Checkpointer | None = checkpointer or None
         self.audit_dir = Path(audit_dir) if audit_dir is not None else None
         self.sinks = list(sinks)
         self.prices = PriceTable({**DEFAULT_PRICES, **(prices or {})})
@@ -156,12 +160,23 @@ class Agent:
             critic=critic_model,
             verifier=verifier,
             approval=approval,
-            checkpointer=checkpointer,
+            checkpointer=self.checkpointer,
         )
         self._engine = Engine()
 
     def __repr__(self) -> str:
         return f"<Agent {self.name} model={self.model.name} tools={list(self.tools.names)}>"
+
+    @property
+    def effects(self) -> Effects:
+        """How this agent's effects run (in-process unless a durable engine supplied them)."""
+        return self._deps.effects
+
+    @property
+    def models(self) -> list[Model]:
+        """Every model the agent may call: the model, its fallbacks and the critic."""
+        deps = self._deps
+        return [deps.model, *deps.fallback_models, *([deps.critic] if deps.critic else [])]
 
     def run(
         self,

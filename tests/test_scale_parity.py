@@ -156,11 +156,12 @@ class TestRegistry:
         finally:
             unregister_agent("scale-checkpointed")
 
-    def test_in_memory_store_is_detached(self) -> None:
-        """The store an approval agent gets by itself is dropped: a replay would trip on it."""
-        effects = InProcessEffects()
-        assert agents.approval(effects).checkpointer is not None
-        assert build_agent(agents.APPROVAL, effects).checkpointer is None
+    def test_no_in_memory_store_on_an_engine(self) -> None:
+        """An approval agent gets an in-memory store in process, none on an engine's effects."""
+        from statemachine_agent.replay import ReplayEffects
+
+        assert agents.approval(InProcessEffects()).checkpointer is not None
+        assert build_agent(agents.APPROVAL, ReplayEffects([])).checkpointer is None
 
     def test_progress_model_answers_by_turn_not_by_call(self) -> None:
         """One model answers a second run as it did the first (a call count would not)."""

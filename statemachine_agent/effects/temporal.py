@@ -326,9 +326,7 @@ _agents: AgentCache[TemporalEffects] = AgentCache(TemporalEffects, _prepare)
 
 
 def _models(agent: Agent) -> list[Model]:
-    # Fallbacks and the critic live in the agent's services (no public accessor yet).
-    deps = agent._deps
-    return [agent.model, *deps.fallback_models, *([deps.critic] if deps.critic else [])]
+    return agent.models
 
 
 async def _heartbeating(work: Coroutine[Any, Any, JSON]) -> JSON:

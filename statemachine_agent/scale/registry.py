@@ -11,14 +11,12 @@ the in-process default would run outside the durable engine.
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 from collections.abc import Callable
 from typing import Generic, Protocol, TypeVar, overload, runtime_checkable
 
 from statemachine_agent.agent import Agent
 from statemachine_agent.effects.base import Effects
-from statemachine_agent.persistence.base import MemoryCheckpointer
 from statemachine_agent.policy.approval import ApprovalPolicy
 
 AgentFactory = Callable[[Effects], Agent]
@@ -112,33 +110,17 @@ def build_agent(name: str, effects: Effects) -> Agent:
     agent = agent_factory(name)(effects)
     if not isinstance(agent, Agent):
         raise TypeError(f"the factory of agent {name!r} returned {type(agent).__name__}, not Agent")
-    # Read from the agent's services: there is no public accessor for its effects yet.
-    if agent._deps.effects is not effects:
+    if agent.effects is not effects:
         raise TypeError(
             f"the factory of agent {name!r} ignored its effects: build the agent with "
             "Agent(..., effects=effects), or its model and tool calls escape the engine"
         )
-    if isinstance(agent.checkpointer, MemoryCheckpointer):
-        _detach_checkpointer(agent)
-    elif agent.checkpointer is not None:
+    if agent.checkpointer is not None:
         raise ValueError(
             f"the agent {name!r} has a checkpointer: on a durable engine the engine records "
             "the run, and a replayed run would write its checkpoints twice; drop checkpointer="
         )
     return agent
-
-
-def _detach_checkpointer(agent: Agent) -> None:
-    """Drop an in-memory store (the one `Agent` adds for approval tools by itself).
-
-    It would make a replay of the same run id in the same worker fail as
-    "already stored", and it keeps nothing a crash would not lose anyway: on an
-    engine, the engine's record is what a paused or crashed run continues from.
-    There is no public way to build an agent without it, so the services are
-    replaced here.
-    """
-    agent.checkpointer = None
-    agent._deps = dataclasses.replace(agent._deps, checkpointer=None)
 
 
 class AgentCache(Generic[E]):
