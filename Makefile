@@ -63,7 +63,7 @@ clean:
 # Benchmarks (never part of `make test`): the peers (LangGraph, pydantic-ai, ...) go into their
 # own venv, benchmarks/.venv, with the project; results in benchmarks/results/ and
 # docs/performance.md (tables, docs/img/ plots). See docs/performance.md.
-bench:
+bench: system-deps
 	@if [ ! -f benchmarks/.venv/.installed ] || [ benchmarks/requirements.txt -nt benchmarks/.venv/.installed ] \
 	    || [ pyproject.toml -nt benchmarks/.venv/.installed ]; then \
 	  $(PYTHON) -m venv benchmarks/.venv && \
@@ -75,6 +75,7 @@ bench:
 	benchmarks/.venv/bin/python -m benchmarks.concurrency
 	benchmarks/.venv/bin/python -m benchmarks.parallel_tools
 	benchmarks/.venv/bin/python -m benchmarks.checkpoint_growth
+	benchmarks/.venv/bin/python benchmarks/bench_scaleout.py
 	benchmarks/.venv/bin/python -m benchmarks.scale_out
 	benchmarks/.venv/bin/python -m benchmarks.profile_overhead
 	benchmarks/.venv/bin/python -m benchmarks.report

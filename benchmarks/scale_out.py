@@ -1,9 +1,8 @@
 """Benchmark 5: scale-out across worker processes (DBOS on Postgres).
 
-Not run by `make bench`: the scale-out issue's own `benchmarks/bench_scaleout.py`
-needs the `[dbos]` extra and a PostgreSQL server, and is run standalone. This
-module reports its latest `results/scaleout.json` when there is one, else says
-that the figures are pending.
+`make bench` runs `benchmarks/bench_scaleout.py` first (DBOS workers on a
+PostgreSQL server it starts); this module reports its `results/scaleout.json`
+in the summary, or says the figures are pending when it has not run.
 """
 
 from __future__ import annotations
@@ -28,8 +27,8 @@ def summary(data: dict[str, Any]) -> str:
         ["throughput, DBOS workers (runs/s)", f"{throughput['dbos_workers']:,.1f}"],
     ]
     return (
-        f"From `benchmarks/bench_scaleout.py`, run standalone on {data.get('when', '?')} "
-        "(not part of `make bench`):\n\n" + common.table(["scale-out", "figure"], rows)
+        f"From `benchmarks/bench_scaleout.py`, run by `make bench` on {data.get('when', '?')}:"
+        "\n\n" + common.table(["scale-out", "figure"], rows)
     )
 
 

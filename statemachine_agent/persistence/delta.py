@@ -92,7 +92,7 @@ class CheckpointWriter:
             body["messages"] = messages
         trail = record.trail[self.saved_trail :]
         if trail:
-            body["trail"] = [t.to_dict() for t in trail]
+            body["trail"] = [_compact(t.to_dict()) for t in trail]
             self.saved_trail = len(record.trail)
         state = state_plain(record)
         if state != self.last_state:
@@ -130,11 +130,47 @@ class CheckpointWriter:
 
 
 def state_plain(record: RunRecord) -> dict[str, Plain]:
-    """The record's plain form minus the lists checkpointed on their own."""
-    return {
+    """The record's plain form minus the lists checkpointed on their own.
+
+    The last reply's content is usually the last message verbatim; it is then
+    stored as a reference to that message instead of a second copy.
+    """
+    plain = {
         f.name: to_plain(getattr(record, f.name), f.name)
         for f in fields(record)
         if f.init and f.name not in _LIST_FIELDS
+    }
+    del plain["seq"], plain["state"]  # in every body already, as seq and state_name
+    reply, messages = record.last_reply, record.messages
+    if reply is not None:
+        content = list(reply.content)
+        for index in range(len(messages) - 1, max(len(messages) - 3, -1), -1):
+            if messages[index].get("role") == "assistant":
+                if messages[index].get("content") == content:
+                    plain["last_reply"]["content"] = {_MESSAGE_REF: index}
+                break
+    return plain
+
+
+_MESSAGE_REF = "$message"
+
+_DERIVED = ("iteration", "turn", "elapsed_s", "usage_total", "cost_usd")
+"""Trail record fields equal to the record's counters at its checkpoint; not stored twice."""
+
+
+def _compact(step: Mapping[str, Plain]) -> dict[str, Plain]:
+    return {k: v for k, v in step.items() if k not in _DERIVED}
+
+
+def _expand(step: Mapping[str, Plain], state: Mapping[str, Plain]) -> dict[str, Plain]:
+    """A compact trail record with the counters of the state checkpointed with it."""
+    return {
+        **step,
+        "iteration": state["iteration"],
+        "turn": state["turn"],
+        "elapsed_s": round(float(state["elapsed_s"]), 6),
+        "usage_total": dict(state["usage"]),
+        "cost_usd": state["cost_usd"],
     }
 
 
@@ -149,9 +185,14 @@ def fold(bodies: Iterable[Mapping[str, Plain]]) -> dict[str, Plain] | None:
         if "messages" in body:
             part = body["messages"]
             messages = messages[: part["from"]] + list(part["items"])
-        trail.extend(body.get("trail", ()))
         if "state" in body:
             state = apply(state, body["state"])
+        state = {**state, "seq": body["seq"], "state": body["state_name"]}
+        trail.extend(_expand(step, state) for step in body.get("trail", ()))
     if not seen:
         return None
+    reply = state.get("last_reply")
+    if isinstance(reply, dict) and isinstance(reply.get("content"), dict):
+        index = reply["content"][_MESSAGE_REF]
+        state = {**state, "last_reply": {**reply, "content": messages[index]["content"]}}
     return {**state, "messages": messages, "trail": trail}
