@@ -18,7 +18,6 @@ import html
 import inspect
 import json
 import re
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import date, datetime
@@ -30,6 +29,7 @@ import pydantic
 
 from .base import IDEMPOTENCY_PARAM, JSON, ErrorKind, Tool, ToolCall, ToolOutcome
 from .decorator import TOOL_NAME_PATTERN
+from .threads import DaemonWorkers
 
 __all__ = ["EMPTY_RESULT", "UNTRUSTED_TAG", "ToolError", "ToolRegistry", "wrap_untrusted"]
 
@@ -71,6 +71,7 @@ class ToolRegistry:
         self.max_result_chars = max_result_chars
         self._tools: dict[str, Tool] = {}
         self._validators: dict[str, jsonschema.Draft202012Validator] = {}
+        self._workers = DaemonWorkers()
         self._keyed: set[str] = set()
         """Tools whose handler takes the idempotency key (decided once, at registration)."""
         for item in tools:
@@ -202,7 +203,7 @@ class ToolRegistry:
         while True:
             attempt += 1
             try:
-                value = await _run_handler(found, call, found.name in self._keyed)
+                value = await _run_handler(found, call, found.name in self._keyed, self._workers)
             except _HandlerTimeoutError:
                 failure = _Failure(
                     "timeout",
@@ -356,7 +357,7 @@ def wrap_untrusted(content: str, source: str) -> str:
     )
 
 
-async def _run_handler(found: Tool, call: ToolCall, wants_key: bool) -> Any:
+async def _run_handler(found: Tool, call: ToolCall, wants_key: bool, workers: DaemonWorkers) -> Any:
     kwargs = dict(call.input)
     if call.idempotency_key and wants_key:
         kwargs[IDEMPOTENCY_PARAM] = call.idempotency_key
@@ -366,7 +367,7 @@ async def _run_handler(found: Tool, call: ToolCall, wants_key: bool) -> Any:
             if inspect.iscoroutinefunction(found.handler):
                 result = await found.handler(**kwargs)
             else:
-                result = await _run_in_thread(found.name, found.handler, kwargs)
+                result = await _run_in_thread(workers, found.handler, kwargs)
             if inspect.isawaitable(result):
                 # A sync callable that returned a coroutine (e.g. a wrapped async function).
                 result = await result
@@ -377,15 +378,14 @@ async def _run_handler(found: Tool, call: ToolCall, wants_key: bool) -> Any:
     return result
 
 
-async def _run_in_thread(name: str, fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
-    """Run a sync handler in its own daemon thread and await its result.
+async def _run_in_thread(
+    workers: DaemonWorkers, fn: Callable[..., Any], kwargs: dict[str, Any]
+) -> Any:
+    """Run a sync handler on a daemon worker thread and await its result.
 
-    Not `asyncio.to_thread`: the default executor is joined by `asyncio.run`
-    at shutdown (and its workers at interpreter exit), so one hung handler
-    would hang the whole program after its timeout was already answered, and
-    a few hung handlers would starve every later call of workers. A daemon
-    thread that nobody waits for any more just finishes, or dies with the
-    process. It cannot be killed earlier: Python has no way to stop a thread.
+    A thread nobody waits for any more just finishes, or dies with the process
+    (see `threads.py`). It cannot be killed earlier: Python has no way to stop
+    a thread.
     """
     loop = asyncio.get_running_loop()
     future: asyncio.Future[Any] = loop.create_future()
@@ -411,7 +411,7 @@ async def _run_in_thread(name: str, fn: Callable[..., Any], kwargs: dict[str, An
         with contextlib.suppress(RuntimeError):  # the loop closed: nobody is waiting
             loop.call_soon_threadsafe(settle, error, value)
 
-    threading.Thread(target=work, name=f"tool:{name}", daemon=True).start()
+    workers.submit(work)
     return await future
 
 
