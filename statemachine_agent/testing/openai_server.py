@@ -20,15 +20,13 @@ import importlib
 import itertools
 import json
 import re
-import sys
-import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
+from http.server import BaseHTTPRequestHandler
 from typing import Any, TypeAlias, cast
+
+from statemachine_agent.testing.scripted_http import ScriptedServer, _HTTPServer
 
 __all__ = [
     "DEFAULT_CHAT_USAGE",
@@ -485,7 +483,7 @@ def _check_content(content: Any, where: str, role: str, problems: list[str]) -> 
 # -- the server -----------------------------------------------------------------------
 
 
-class FakeOpenAIServer:
+class FakeOpenAIServer(ScriptedServer[FakeOpenAIError]):
     """Answers `POST /v1/chat/completions` from a script, recording every request.
 
     Use as a context manager; point `openai.OpenAI(base_url=server.base_url)` at
@@ -493,121 +491,24 @@ class FakeOpenAIServer:
     `authorization: Bearer ...` header.
     """
 
+    name = "FakeOpenAIServer"
+    path_prefix = "/v1"
+    """The SDK appends `/chat/completions` to the base URL itself."""
+    error_type = FakeOpenAIError
+
     def __init__(
         self, responses: Iterable[OpenAIScriptItem] = (), *, validate: bool = True
     ) -> None:
-        self.validate = validate
-        self.requests: list[JSON] = []
-        """Every JSON body posted to /v1/chat/completions, in order, valid or not."""
-        self.headers: list[dict[str, str]] = []
-        """The headers of each request in `requests` (names lower-cased)."""
-        self.invalid_requests: list[tuple[JSON, list[str]]] = []
-        """Bodies the validator rejected, with their problems."""
-        self.errors: list[BaseException] = []
-        """Exceptions raised by scripted callables (they also became 500s)."""
-        self._script: deque[OpenAIScriptItem] = deque(responses)
-        self._lock = threading.Lock()
-        self._ids = itertools.count(1)
-        self._httpd = _HTTPServer(self)
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever,
-            kwargs={"poll_interval": 0.05},
-            name="FakeOpenAIServer",
-            daemon=True,
-        )
-        self._closed = False
-        self._thread.start()
+        super().__init__(responses, validate=validate, handler=_Handler)
 
-    @property
-    def base_url(self) -> str:
-        """The URL to give the SDK: it appends `/chat/completions` itself."""
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host!s}:{port}/v1"
+    def problems(self, body: JSON) -> list[str]:
+        return validate_chat_request(body)
 
-    @property
-    def remaining(self) -> int:
-        """How many scripted answers have not been used yet."""
-        with self._lock:
-            return len(self._script)
+    def rejection(self, problems: list[str]) -> FakeOpenAIError:
+        return FakeOpenAIError(400, "Invalid request: " + "; ".join(problems))
 
-    def add(self, *responses: OpenAIScriptItem) -> None:
-        """Queue more answers after the ones already scripted."""
-        with self._lock:
-            self._script.extend(responses)
-
-    def close(self) -> None:
-        """Stop serving and wait for the server thread; safe to call twice."""
-        if self._closed:
-            return
-        self._closed = True
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join()
-
-    def __enter__(self) -> FakeOpenAIServer:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    # -- called from the handler threads -------------------------------------------
-
-    def _next_request_id(self) -> str:
-        with self._lock:
-            return f"req_{next(self._ids)}"
-
-    def _record(self, body: JSON, headers: dict[str, str]) -> None:
-        with self._lock:
-            self.requests.append(body)
-            self.headers.append(headers)
-
-    def _answer(self, body: JSON) -> JSON | FakeOpenAIError:
-        """What to send for a request that passed the auth check."""
-        if self.validate:
-            problems = validate_chat_request(body)
-            if problems:
-                with self._lock:
-                    self.invalid_requests.append((body, problems))
-                return FakeOpenAIError(400, "Invalid request: " + "; ".join(problems))
-        with self._lock:
-            item = self._script.popleft() if self._script else None
-        if item is None:
-            return FakeOpenAIError(
-                500,
-                "FakeOpenAIServer: the script is exhausted; no response is queued for "
-                f"request #{len(self.requests)}",
-                headers={"x-should-retry": "false"},
-            )
-        if isinstance(item, FakeOpenAIError | dict):
-            return item
-        try:
-            return item(body)
-        except Exception as exc:  # reported to the client and kept for the test to see
-            with self._lock:
-                self.errors.append(exc)
-            return FakeOpenAIError(
-                500,
-                f"FakeOpenAIServer: the scripted callable raised {exc!r}",
-                headers={"x-should-retry": "false"},
-            )
-
-
-class _HTTPServer(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self, owner: FakeOpenAIServer) -> None:
-        self.owner = owner
-        super().__init__(("127.0.0.1", 0), _Handler)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """Stay quiet when a client hangs up; a test never wants that on stderr."""
-        if not isinstance(sys.exc_info()[1], ConnectionError):
-            super().handle_error(request, client_address)
+    def failure(self, message: str) -> FakeOpenAIError:
+        return FakeOpenAIError(500, message, headers={"x-should-retry": "false"})
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -616,7 +517,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     @property
     def owner(self) -> FakeOpenAIServer:
-        return cast(_HTTPServer, self.server).owner
+        return cast("FakeOpenAIServer", cast(_HTTPServer, self.server).owner)
 
     def log_message(self, format: str, *args: Any) -> None:
         """No request log on stderr."""

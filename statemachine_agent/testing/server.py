@@ -9,17 +9,13 @@ binds 127.0.0.1, on a port the OS picks.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import json
-import sys
-import threading
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
+from http.server import BaseHTTPRequestHandler
 from typing import Any, TypeAlias, cast
 
+from statemachine_agent.testing.scripted_http import ScriptedServer, _HTTPServer
 from statemachine_agent.testing.validator import describe_problems, error_body, validate_request
 
 __all__ = ["ERROR_TYPES", "FakeAnthropicServer", "FakeError", "ScriptItem"]
@@ -72,7 +68,7 @@ _MESSAGES = "/v1/messages"
 _COUNT_TOKENS = "/v1/messages/count_tokens"
 
 
-class FakeAnthropicServer:
+class FakeAnthropicServer(ScriptedServer[FakeError]):
     """Answers `POST /v1/messages` from a script, recording every request.
 
     Use as a context manager; point `anthropic.Anthropic(base_url=server.base_url)`
@@ -81,119 +77,21 @@ class FakeAnthropicServer:
     is how SDK 2.x sends an api_key.
     """
 
+    name = "FakeAnthropicServer"
+    error_type = FakeError
+
     def __init__(self, responses: Iterable[ScriptItem] = (), *, validate: bool = True) -> None:
-        self.validate = validate
-        self.requests: list[JSON] = []
-        """Every JSON body posted to /v1/messages, in order, valid or not."""
-        self.headers: list[dict[str, str]] = []
-        """The headers of each request in `requests` (names lower-cased)."""
-        self.invalid_requests: list[tuple[JSON, list[str]]] = []
-        """Bodies the validator rejected, with their problems."""
+        super().__init__(responses, validate=validate, handler=_Handler)
         self.count_tokens_requests: list[JSON] = []
-        self.errors: list[BaseException] = []
-        """Exceptions raised by scripted callables (they also became 500s)."""
-        self._script: deque[ScriptItem] = deque(responses)
-        self._lock = threading.Lock()
-        self._ids = itertools.count(1)
-        self._httpd = _HTTPServer(self)
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever,
-            kwargs={"poll_interval": 0.05},
-            name="FakeAnthropicServer",
-            daemon=True,
-        )
-        self._closed = False
-        self._thread.start()
 
-    @property
-    def base_url(self) -> str:
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host!s}:{port}"
+    def problems(self, body: JSON) -> list[str]:
+        return validate_request(body)
 
-    @property
-    def remaining(self) -> int:
-        """How many scripted answers have not been used yet."""
-        with self._lock:
-            return len(self._script)
+    def rejection(self, problems: list[str]) -> FakeError:
+        return FakeError(400, describe_problems(problems))
 
-    def add(self, *responses: ScriptItem) -> None:
-        """Queue more answers after the ones already scripted."""
-        with self._lock:
-            self._script.extend(responses)
-
-    def close(self) -> None:
-        """Stop serving and wait for the server thread; safe to call twice."""
-        if self._closed:
-            return
-        self._closed = True
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join()
-
-    def __enter__(self) -> FakeAnthropicServer:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    # -- called from the handler threads -------------------------------------------
-
-    def _next_request_id(self) -> str:
-        with self._lock:
-            return f"req_{next(self._ids)}"
-
-    def _record(self, body: JSON, headers: dict[str, str]) -> None:
-        with self._lock:
-            self.requests.append(body)
-            self.headers.append(headers)
-
-    def _answer(self, body: JSON) -> JSON | FakeError:
-        """What to send for a messages request that passed the checks."""
-        if self.validate:
-            problems = validate_request(body)
-            if problems:
-                with self._lock:
-                    self.invalid_requests.append((body, problems))
-                return FakeError(400, describe_problems(problems))
-        with self._lock:
-            item = self._script.popleft() if self._script else None
-        if item is None:
-            return FakeError(
-                500,
-                "FakeAnthropicServer: the script is exhausted; no response is queued for "
-                f"request #{len(self.requests)}",
-                headers={"x-should-retry": "false"},
-            )
-        if isinstance(item, FakeError | dict):
-            return item
-        try:
-            return item(body)
-        except Exception as exc:  # reported to the client and kept for the test to see
-            with self._lock:
-                self.errors.append(exc)
-            return FakeError(
-                500,
-                f"FakeAnthropicServer: the scripted callable raised {exc!r}",
-                headers={"x-should-retry": "false"},
-            )
-
-
-class _HTTPServer(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self, owner: FakeAnthropicServer) -> None:
-        self.owner = owner
-        super().__init__(("127.0.0.1", 0), _Handler)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """Stay quiet when a client hangs up; a test never wants that on stderr."""
-        if not isinstance(sys.exc_info()[1], ConnectionError):
-            super().handle_error(request, client_address)
+    def failure(self, message: str) -> FakeError:
+        return FakeError(500, message, headers={"x-should-retry": "false"})
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -203,7 +101,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     @property
     def owner(self) -> FakeAnthropicServer:
-        return cast(_HTTPServer, self.server).owner
+        return cast("FakeAnthropicServer", cast(_HTTPServer, self.server).owner)
 
     def log_message(self, format: str, *args: Any) -> None:
         """No request log on stderr."""

@@ -1,0 +1,158 @@
+"""What the fake API servers share: a local HTTP server that answers from a script.
+
+A subclass says how its API validates requests and spells errors; this base
+does the rest: serving on 127.0.0.1 (never anything else) in a daemon thread,
+recording requests, handing out scripted answers in order, and turning an
+exhausted script or a failing scripted callable into a 500 the client sees.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any, Generic, Self, TypeVar
+
+JSON = dict[str, Any]
+Error = TypeVar("Error")
+"""The server's scripted-error type (e.g. `FakeError`)."""
+
+
+class ScriptedServer(Generic[Error]):
+    """A fake API server answering from a script of bodies, errors or callables."""
+
+    name = "ScriptedServer"
+    path_prefix = ""
+    """Appended to the address in `base_url` (the OpenAI SDK wants `/v1` there)."""
+    error_type: type[Error]
+
+    def __init__(
+        self,
+        responses: Iterable[JSON | Error | Callable[[JSON], JSON | Error]],
+        *,
+        validate: bool,
+        handler: type[BaseHTTPRequestHandler],
+    ) -> None:
+        self.validate = validate
+        self.requests: list[JSON] = []
+        """Every JSON body posted to the API, in order, valid or not."""
+        self.headers: list[dict[str, str]] = []
+        """The headers of each request in `requests` (names lower-cased)."""
+        self.invalid_requests: list[tuple[JSON, list[str]]] = []
+        """Bodies the validator rejected, with their problems."""
+        self.errors: list[BaseException] = []
+        """Exceptions raised by scripted callables (they also became 500s)."""
+        self._script: deque[JSON | Error | Callable[[JSON], JSON | Error]] = deque(responses)
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._httpd = _HTTPServer(self, handler)
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name=self.name,
+            daemon=True,
+        )
+        self._closed = False
+        self._thread.start()
+
+    @property
+    def base_url(self) -> str:
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host!s}:{port}{self.path_prefix}"
+
+    @property
+    def remaining(self) -> int:
+        """How many scripted answers have not been used yet."""
+        with self._lock:
+            return len(self._script)
+
+    def add(self, *responses: JSON | Error | Callable[[JSON], JSON | Error]) -> None:
+        """Queue more answers after the ones already scripted."""
+        with self._lock:
+            self._script.extend(responses)
+
+    def close(self) -> None:
+        """Stop serving and wait for the server thread; safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- what a subclass says about its API --------------------------------------------
+
+    def problems(self, body: JSON) -> list[str]:
+        """Why the API would reject the request (empty when it is valid)."""
+        return []
+
+    def rejection(self, problems: list[str]) -> Error:
+        """The 400 the API answers an invalid request with."""
+        raise NotImplementedError
+
+    def failure(self, message: str) -> Error:
+        """A 500 that tells the client not to retry (the script, not the network, failed)."""
+        raise NotImplementedError
+
+    # -- called from the handler threads -------------------------------------------
+
+    def _next_request_id(self) -> str:
+        with self._lock:
+            return f"req_{next(self._ids)}"
+
+    def _record(self, body: JSON, headers: dict[str, str]) -> None:
+        with self._lock:
+            self.requests.append(body)
+            self.headers.append(headers)
+
+    def _answer(self, body: JSON) -> JSON | Error:
+        """What to send for a request that passed the transport checks."""
+        if self.validate:
+            problems = self.problems(body)
+            if problems:
+                with self._lock:
+                    self.invalid_requests.append((body, problems))
+                return self.rejection(problems)
+        with self._lock:
+            item = self._script.popleft() if self._script else None
+        if item is None:
+            return self.failure(
+                f"{self.name}: the script is exhausted; no response is queued for "
+                f"request #{len(self.requests)}"
+            )
+        if isinstance(item, dict | self.error_type):
+            return item
+        try:
+            return item(body)  # type: ignore[operator]
+        except Exception as exc:  # reported to the client and kept for the test to see
+            with self._lock:
+                self.errors.append(exc)
+            return self.failure(f"{self.name}: the scripted callable raised {exc!r}")
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, owner: ScriptedServer[Any], handler: type[BaseHTTPRequestHandler]) -> None:
+        self.owner = owner
+        super().__init__(("127.0.0.1", 0), handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Stay quiet when a client hangs up; a test never wants that on stderr."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
