@@ -13,7 +13,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 import structlog
 
@@ -304,13 +304,20 @@ def _positive_float(text: str) -> float:
     return value
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """Bad flags get one line naming the problem (and where to look), not the usage dump."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def parser() -> argparse.ArgumentParser:
     from statemachine_agent.models.base import DEFAULT_MODEL
 
-    top = argparse.ArgumentParser(
+    top = OneLineParser(
         prog="statemachine-agent", description="An auditable agent loop as a state machine."
     )
-    common = argparse.ArgumentParser(add_help=False)
+    common = OneLineParser(add_help=False)
     common.add_argument("--log-format", choices=("console", "json"), default="console")
     common.add_argument("--audit-dir", default="audit", help="where run audit files go")
     sub = top.add_subparsers(dest="command", required=True)

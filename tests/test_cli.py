@@ -437,11 +437,20 @@ class TestDemoErrors:
 
 class TestArguments:
     def test_a_command_is_required(self, capsys: Capsys) -> None:
-        """No subcommand is a usage error (argparse's exit 2)."""
+        """No subcommand is a usage error: exit 2 and one line pointing at --help."""
         with pytest.raises(SystemExit) as exit_info:
             main([])
         assert exit_info.value.code == 2
-        assert "usage:" in capsys.readouterr().err
+        assert "--help" in one_line_error(capsys.readouterr().err)
+
+    def test_bad_flag_values_are_one_line(self, capsys: Capsys) -> None:
+        """A bad flag value is one line naming the flag, not a usage dump."""
+        with pytest.raises(SystemExit) as exit_info:
+            main(["run", "--max-iterations", "0", "x"])
+        assert exit_info.value.code == 2
+        line = capsys.readouterr().err.strip()
+        assert line.startswith("statemachine-agent run: error: argument --max-iterations")
+        assert "\n" not in line
 
     def test_exit_codes_cover_every_end_state(self) -> None:
         """Every end state has its own exit code; only success is 0, and 2 stays for usage."""
