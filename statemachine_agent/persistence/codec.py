@@ -26,8 +26,55 @@ class SerializationError(TypeError):
     """A value in the run record cannot be written as JSON; the message names where."""
 
 
+_SCALARS = frozenset({type(None), bool, int, str})
+
+
+class _NotPlainError(Exception):
+    """The fast walk met something it cannot encode; the slow walk names where."""
+
+
 def to_plain(value: Any, path: str = "record") -> Plain:
-    """Encode a value as JSON-compatible data, naming the path of anything that is not."""
+    """Encode a value as JSON-compatible data, naming the path of anything that is not.
+
+    The common case takes a fast walk that builds no paths; only a value that
+    cannot be encoded pays for a second walk that finds its path.
+    """
+    try:
+        return _fast(value)
+    except _NotPlainError:
+        return _with_paths(value, path)
+
+
+def _fast(value: Any) -> Plain:
+    kind = type(value)
+    if kind in _SCALARS:
+        return value
+    if kind is dict:
+        out = {}
+        for key, item in value.items():
+            if type(key) is not str:
+                raise _NotPlainError
+            out[key] = _fast(item)
+        return out
+    if kind is list or kind is tuple:
+        return [_fast(item) for item in value]
+    if kind is float:
+        if not math.isfinite(value):
+            raise _NotPlainError
+        return value
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _fast(getattr(value, f.name)) for f in dataclasses.fields(value) if f.init}
+    if isinstance(value, Mapping):
+        return _fast(dict(value))
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, bool | int | str):
+        return value
+    raise _NotPlainError
+
+
+def _with_paths(value: Any, path: str) -> Plain:
+    """The slow walk: the same encoding, raising `SerializationError` with the path."""
     if value is None or isinstance(value, bool | int | str):
         return value
     if isinstance(value, float):
@@ -36,22 +83,23 @@ def to_plain(value: Any, path: str = "record") -> Plain:
         return value
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {
-            f.name: to_plain(getattr(value, f.name), f"{path}.{f.name}")
+            f.name: _with_paths(getattr(value, f.name), f"{path}.{f.name}")
             for f in dataclasses.fields(value)
             if f.init
         }
     if isinstance(value, Mapping):
-        out: dict[str, Plain] = {}
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise SerializationError(f"{path}: key {key!r} is not a string")
-            out[key] = to_plain(item, f"{path}.{key}")
-        return out
+        return {_key(k, path): _with_paths(v, f"{path}.{k}") for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [to_plain(item, f"{path}[{i}]") for i, item in enumerate(value)]
+        return [_with_paths(item, f"{path}[{i}]") for i, item in enumerate(value)]
     if isinstance(value, Path):
         return str(value)
     raise SerializationError(f"{path}: a {type(value).__name__} cannot be stored as JSON")
+
+
+def _key(key: Any, path: str) -> str:
+    if not isinstance(key, str):
+        raise SerializationError(f"{path}: key {key!r} is not a string")
+    return key
 
 
 def from_plain(hint: Any, data: Plain, path: str = "record") -> Any:

@@ -72,6 +72,7 @@ class CheckpointWriter:
     last_message_json: str = ""
     saved_trail: int = 0
     last_state: dict[str, Plain] = field(default_factory=dict)
+    frozen: dict[str, tuple[Any, Plain]] = field(default_factory=dict)
 
     @classmethod
     def resumed(cls, record: RunRecord) -> CheckpointWriter:
@@ -94,7 +95,7 @@ class CheckpointWriter:
         if trail:
             body["trail"] = [_compact(t.to_dict()) for t in trail]
             self.saved_trail = len(record.trail)
-        state = state_plain(record)
+        state = state_plain(record, self.frozen)
         if state != self.last_state:
             body["state"] = diff(self.last_state, state)
             self.last_state = state
@@ -129,17 +130,39 @@ class CheckpointWriter:
         return {"from": start, "items": fresh}
 
 
-def state_plain(record: RunRecord) -> dict[str, Plain]:
+_FROZEN_FIELDS = frozenset(
+    {"settings", "last_reply", "usage", "error", "stall_state", "pending_calls"}
+)
+"""Fields whose value is replaced, never changed in place (frozen records, and the
+detector state and pending calls, which phases only ever reassign): converted once
+per value, not at every checkpoint."""
+
+
+def state_plain(
+    record: RunRecord, frozen: dict[str, tuple[Any, Plain]] | None = None
+) -> dict[str, Plain]:
     """The record's plain form minus the lists checkpointed on their own.
 
-    The last reply's content is usually the last message verbatim; it is then
-    stored as a reference to that message instead of a second copy.
+    `frozen` remembers the plain form of the frozen fields by the value they
+    held, so a checkpoint converts only what changed. The last reply's content
+    is usually the last message verbatim; it is then stored as a reference to
+    that message instead of a second copy.
     """
-    plain = {
-        f.name: to_plain(getattr(record, f.name), f.name)
-        for f in fields(record)
-        if f.init and f.name not in _LIST_FIELDS
-    }
+    cache = frozen if frozen is not None else {}
+    plain: dict[str, Plain] = {}
+    for f in fields(record):
+        if not f.init or f.name in _LIST_FIELDS:
+            continue
+        value = getattr(record, f.name)
+        if f.name in _FROZEN_FIELDS:
+            known = cache.get(f.name)
+            if known is None or known[0] is not value:
+                known = cache[f.name] = (value, to_plain(value, f.name))
+            # the last reply's dict gets its content swapped below: copy that level only
+            copied = f.name == "last_reply" and known[1] is not None
+            plain[f.name] = dict(known[1]) if copied else known[1]
+        else:
+            plain[f.name] = to_plain(value, f.name)
     del plain["seq"], plain["state"]  # in every body already, as seq and state_name
     reply, messages = record.last_reply, record.messages
     if reply is not None:
