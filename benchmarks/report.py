@@ -114,7 +114,7 @@ def targets_block(results: dict[str, dict[str, Any] | None]) -> str:
         if figures.get("status") == "pending":
             rows.append([name, "all", "-", result["table"] if result else "pending"])
         elif figures.get("status") == "standalone":
-            rows.append([name, "(no target yet)", "-", "run standalone: see its section"])
+            rows.append([name, "(no target)", "-", "figures in its section"])
     return common.table(["benchmark", "target", "measured", "status"], rows)
 
 
