@@ -34,7 +34,7 @@ import hashlib
 import json
 import unicodedata
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final, Literal, TypeGuard, cast, get_args
 
 Pattern = Literal["repeat", "cycle", "near_duplicate", "oscillation"]
@@ -138,14 +138,14 @@ class _Observation:
     result: str
     """Short hash of the result text."""
     is_error: bool
+    outcome: tuple[str, bool] = field(init=False, repr=False, compare=False)
+    """(result, is_error), built once: every pattern compares it on every check."""
+    key: tuple[str, str, str, bool] = field(init=False, repr=False, compare=False)
+    """(tool, args, result, is_error), built once likewise."""
 
-    @property
-    def outcome(self) -> tuple[str, bool]:
-        return (self.result, self.is_error)
-
-    @property
-    def key(self) -> tuple[str, str, str, bool]:
-        return (self.tool, self.args, self.result, self.is_error)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "outcome", (self.result, self.is_error))
+        object.__setattr__(self, "key", (self.tool, self.args, self.result, self.is_error))
 
 
 _DEFAULT_POLICY: Final = StallPolicy()
@@ -343,8 +343,11 @@ class StallDetector:
             previous: tuple[str, bool] | None = None
             returns: list[_Observation] = []
             for o in calls:
-                producers = seen.get(o.outcome, set())
-                if o.outcome != previous and producers - {o.args}:
+                producers = seen.get(o.outcome)
+                other_args = producers is not None and (
+                    len(producers) > 1 or o.args not in producers
+                )  # some earlier call with different arguments got this same outcome
+                if o.outcome != previous and other_args:
                     returns.append(o)
                 seen.setdefault(o.outcome, set()).add(o.args)
                 previous = o.outcome
