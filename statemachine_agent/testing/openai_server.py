@@ -23,10 +23,9 @@ import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler
 from typing import Any, TypeAlias, cast
 
-from statemachine_agent.testing.scripted_http import ScriptedServer, _HTTPServer
+from statemachine_agent.testing.scripted_http import ScriptedHandler, ScriptedServer
 
 __all__ = [
     "DEFAULT_CHAT_USAGE",
@@ -511,21 +510,14 @@ class FakeOpenAIServer(ScriptedServer[FakeOpenAIError]):
         return FakeOpenAIError(500, message, headers={"x-should-retry": "false"})
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(ScriptedHandler):
     server_version = "FakeOpenAIServer/1"
-    protocol_version = "HTTP/1.1"
 
     @property
     def owner(self) -> FakeOpenAIServer:
-        return cast("FakeOpenAIServer", cast(_HTTPServer, self.server).owner)
+        return cast("FakeOpenAIServer", self.scripted)
 
-    def log_message(self, format: str, *args: Any) -> None:
-        """No request log on stderr."""
-
-    def do_GET(self) -> None:
-        self._not_found(self.owner._next_request_id())
-
-    def do_POST(self) -> None:
+    def do_POST(self) -> None:  # noqa: N802 (http.server dispatches on this name)
         owner = self.owner
         request_id = owner._next_request_id()
         path = self.path.split("?", 1)[0].rstrip("/")

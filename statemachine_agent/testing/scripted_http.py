@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
-from typing import Any, Generic, Self, TypeVar
+from typing import Any, Generic, Self, TypeVar, cast
 
 JSON = dict[str, Any]
 Error = TypeVar("Error")
@@ -143,6 +143,26 @@ class ScriptedServer(Generic[Error]):
             with self._lock:
                 self.errors.append(exc)
             return self.failure(f"{self.name}: the scripted callable raised {exc!r}")
+
+
+class ScriptedHandler(BaseHTTPRequestHandler):
+    """What both fake APIs' handlers share: keep-alive, no request log, 404 on GET."""
+
+    protocol_version = "HTTP/1.1"
+    """Keep-alive, as the real APIs: clients that reuse connections are tested too."""
+
+    @property
+    def scripted(self) -> ScriptedServer[Any]:
+        return cast(_HTTPServer, self.server).owner
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """No request log on stderr."""
+
+    def do_GET(self) -> None:
+        self._not_found(self.scripted._next_request_id())
+
+    def _not_found(self, request_id: str) -> None:
+        raise NotImplementedError
 
 
 class _HTTPServer(ThreadingHTTPServer):

@@ -12,10 +12,9 @@ import contextlib
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler
 from typing import Any, TypeAlias, cast
 
-from statemachine_agent.testing.scripted_http import ScriptedServer, _HTTPServer
+from statemachine_agent.testing.scripted_http import ScriptedHandler, ScriptedServer
 from statemachine_agent.testing.validator import describe_problems, error_body, validate_request
 
 __all__ = ["ERROR_TYPES", "FakeAnthropicServer", "FakeError", "ScriptItem"]
@@ -94,22 +93,14 @@ class FakeAnthropicServer(ScriptedServer[FakeError]):
         return FakeError(500, message, headers={"x-should-retry": "false"})
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(ScriptedHandler):
     server_version = "FakeAnthropicServer/1"
-    protocol_version = "HTTP/1.1"
-    """Keep-alive, as the real API: clients that reuse connections are tested too."""
 
     @property
     def owner(self) -> FakeAnthropicServer:
-        return cast("FakeAnthropicServer", cast(_HTTPServer, self.server).owner)
+        return cast("FakeAnthropicServer", self.scripted)
 
-    def log_message(self, format: str, *args: Any) -> None:
-        """No request log on stderr."""
-
-    def do_GET(self) -> None:
-        self._not_found(self.owner._next_request_id())
-
-    def do_POST(self) -> None:
+    def do_POST(self) -> None:  # noqa: N802 (http.server dispatches on this name)
         owner = self.owner
         request_id = owner._next_request_id()
         path = self.path.split("?", 1)[0].rstrip("/")
