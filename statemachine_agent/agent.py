@@ -19,7 +19,7 @@ from statemachine_agent.audit.redact import Redactor
 from statemachine_agent.audit.sink import AuditSink, JsonlSink
 from statemachine_agent.context.notices import add_user_text
 from statemachine_agent.effects.base import Effects, InProcessEffects
-from statemachine_agent.machine.context import AgentDeps, RunContext
+from statemachine_agent.machine.context import AgentDeps, PhaseContext
 from statemachine_agent.machine.engine import CancelToken, Engine
 from statemachine_agent.machine.result import RunResult
 from statemachine_agent.machine.resume import prepare_resume
@@ -265,8 +265,8 @@ class Agent:
             raise ValueError("resume needs a checkpointer: Agent(checkpointer=...) or state_dir=")
         record = load_record(self.checkpointer, run_id)
         writer = CheckpointWriter.resumed(record)  # before the record is set up to go on,
-        refire = prepare_resume(record, decisions or {})  # so that setup is checkpointed too
-        return await self._drive(record, cancel=cancel, refire=refire, writer=writer)
+        prepare_resume(record, decisions or {})  # so that setup is checkpointed too
+        return await self._drive(record, cancel=cancel, writer=writer)
 
     async def _drive(
         self,
@@ -274,7 +274,6 @@ class Agent:
         *,
         cancel: CancelToken | None,
         deadline: float | None = None,
-        refire: str | None = None,
         writer: CheckpointWriter | None = None,
     ) -> RunResult:
         """Drive a record to its end; `writer` (of its checkpoints so far) means a resume."""
@@ -288,13 +287,12 @@ class Agent:
             own = JsonlSink(record.audit_path)
             sinks.append(own)
         emitter = Emitter(record.run_id, sinks=sinks, redactor=self.redactor, logger=self.logger)
-        ctx = RunContext(state=record, deps=self._deps, emitter=emitter)
+        ctx = PhaseContext(state=record, deps=self._deps, emitter=emitter)
         ctx.writer = writer
         try:
             return await self._engine.drive(
                 ctx,
                 cancel=cancel,
-                refire=refire,
                 resumed=writer is not None,
             )
         finally:

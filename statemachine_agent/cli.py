@@ -19,26 +19,13 @@ import structlog
 
 from statemachine_agent import diagrams
 from statemachine_agent.agent import Agent
+from statemachine_agent.machine.ends import EXIT_CODES
 from statemachine_agent.machine.result import RunResult
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from statemachine_agent.tools.base import Tool
-
-EXIT_CODES = {
-    "completed": 0,
-    "finished": 0,
-    "budget_exhausted": 3,
-    "stalled": 4,
-    "truncated": 5,
-    "refused": 6,
-    "context_overflow": 7,
-    "failed": 8,
-    "cancelled": 9,
-    "awaiting_approval": 10,
-}
-"""Exit status per end state: 0 only when the run reached its goal. 2 is a usage error."""
 
 
 def console_renderer(_logger: Any, _method: str, event: dict[str, Any]) -> str:

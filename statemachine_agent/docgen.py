@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from statemachine_agent import diagrams
-from statemachine_agent.machine import table
+from statemachine_agent.machine import ends, table
 from statemachine_agent.machine.table import Row
 
 TARGETS: tuple[str, ...] = ("diagrams", "docs")
@@ -68,9 +68,7 @@ def _kind(name: str) -> str:
 
 
 def _exit_codes() -> Mapping[str, int]:
-    from statemachine_agent.cli import EXIT_CODES
-
-    return EXIT_CODES
+    return ends.EXIT_CODES
 
 
 def _phase_doc(name: str) -> str | None:
@@ -101,11 +99,16 @@ def _rows_table(rows: Sequence[Row], *, outgoing: bool) -> list[str]:
         lines = ["| from | trigger | guards | description |", "|---|---|---|---|"]
     for row in rows:
         order = table.rows_from(row.source, row.trigger).index(row) + 1
+        description = row.description
+        if row.arrival:
+            description += f" (tells `{row.dest}`: `{row.arrival}`)"
+        if row.carry_on:
+            description += f" (then fires `{row.carry_on}` without running `{row.dest}` again)"
         guards = " & ".join(f"`{g}`" for g in row.guards) if row.guards else "_(none: fallback)_"
         if outgoing:
-            cells = [str(order), f"`{row.trigger}`", guards, _link(row.dest), row.description]
+            cells = [str(order), f"`{row.trigger}`", guards, _link(row.dest), description]
         else:
-            cells = [_link(row.source), f"`{row.trigger}`", guards, row.description]
+            cells = [_link(row.source), f"`{row.trigger}`", guards, description]
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     return lines
 
@@ -157,9 +160,11 @@ def _state_section(name: str, exit_codes: Mapping[str, int]) -> list[str]:
     if name in table.RESERVED_STATES:
         out += [f"> **Reserved**, not reachable yet: {table.RESERVED_STATES[name]}.", ""]
     if name in table.END_STATES:
-        code = exit_codes.get(name)
-        if code is not None:
-            out += [f"Exit code of `statemachine-agent`: **{code}**.", ""]
+        end = ends.END_BY_NAME[name]
+        traits = [t for t, on in (("success", end.success), ("resumable", end.resumable)) if on]
+        out += [end.description, ""]
+        out += [f"Exit code of `statemachine-agent`: **{end.exit_code}**."
+                + (f" {', '.join(traits).capitalize()}." if traits else ""), ""]  # fmt: skip
         handler_doc = _ending_doc(name)
         if handler_doc is not None:
             out += ["Its handler:", "", *(f"> {line}".rstrip() for line in handler_doc.split("\n"))]
@@ -169,6 +174,9 @@ def _state_section(name: str, exit_codes: Mapping[str, int]) -> list[str]:
             out += ["Entered from:", "", *_rows_table(incoming, outgoing=False)]
         else:
             out.append("No row enters it yet.")
+        leaving = [row for row in table.ROWS if row.source == name]
+        if leaving:
+            out += ["", "Resumed by:", "", *_rows_table(leaving, outgoing=True)]
         return out
     phase_doc = _phase_doc(name)
     if phase_doc is not None:
@@ -215,20 +223,15 @@ def readme_diagram() -> str:
 
 
 def readme_end_states() -> str:
-    """The README's end-state table, with each state's exit code."""
-    from statemachine_agent.machine.result import SUCCESS_STATES
-
-    exit_codes = _exit_codes()
-    lines = ["| end state | exit code | what its handler reports |", "|---|---|---|"]
-    for name in table.END_STATES:
-        code = exit_codes.get(name)
-        meaning = _ending_doc(name) or ""
-        first = meaning.split("\n\n")[0].replace("\n", " ")
-        if name in table.RESERVED_STATES:
-            first = f"reserved, not reachable yet: {table.RESERVED_STATES[name]}"
-        mark = " (success)" if name in SUCCESS_STATES else ""
-        shown = "" if code is None else str(code)
-        lines.append(f"| [`{name}`](docs/states.md#{name}){mark} | {shown} | {_cell(first)} |")
+    """The README's end-state table: each state's exit code and its one-line description."""
+    lines = ["| end state | exit code | when |", "|---|---|---|"]
+    for end in ends.ENDS:
+        mark = " (success)" if end.success else ""
+        mark += " (resumable)" if end.resumable else ""
+        lines.append(
+            f"| [`{end.name}`](docs/states.md#{end.name}){mark} | {end.exit_code} "
+            f"| {_cell(end.description)} |"
+        )
     lines.append("| _usage error_ | 2 | bad arguments, unknown scenario, unreadable audit file |")
     return "\n".join(lines)
 

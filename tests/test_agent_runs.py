@@ -191,7 +191,9 @@ class TestEndStates:
         )
         model = ScriptedModel([error, error])
         result = Agent(model, tools=[calculate]).run("q")
-        assert_path(result, ["perceive", "reason", "perceive", "reason", "context_overflow"])
+        assert_path(
+            result, ["perceive", "reason", "compact", "perceive", "reason", "context_overflow"]
+        )
         assert "210000 tokens" in result.reason
         assert len(model.requests) == 2
 
@@ -378,6 +380,14 @@ def _feature_agent(script: list[Any], sink: Any, **options: Any) -> Agent:
 
 
 STALLING = [replies.tool_use("calculate", {"expression": "1+1"}) for _ in range(3)]
+CUT = replies.text("The first half", stop_reason="max_tokens")
+OVERFLOWED = replies.text("x", stop_reason="model_context_window_exceeded")
+EXTRA_CANCEL_CASES = [
+    ("continue", "continued", "transition.fired", [CUT, replies.text("x")],
+     {"max_continuations": 1}),
+    ("compact", "compacted", "transition.fired", [OVERFLOWED, replies.text("x")], {}),
+]  # fmt: skip
+"""The helper states a stop reason routes through, cancelled like the others."""
 
 
 class TestCancellationAtEveryState:
@@ -417,6 +427,7 @@ class TestCancellationAtEveryState:
                 {},
             ),
             ("verify", "verified", "transition.fired", [replies.text("x")], {}),
+            *EXTRA_CANCEL_CASES,
         ],
     )
     def test_cancel_in_state(
@@ -451,6 +462,8 @@ class TestCrashAtEveryState:
                 {},
             ),
             ("verify", "verify.Verify", [replies.text("x")], {}),
+            ("continue", "continuation.Continue", [CUT], {"max_continuations": 1}),
+            ("compact", "compact.Compact", [OVERFLOWED], {}),
         ],
     )
     def test_crash_in_phase(

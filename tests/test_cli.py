@@ -20,8 +20,9 @@ import pytest
 
 from statemachine_agent import cli, diagrams
 from statemachine_agent.audit.sink import read_events
-from statemachine_agent.cli import EXIT_CODES, main
+from statemachine_agent.cli import main
 from statemachine_agent.machine import table
+from statemachine_agent.machine.ends import EXIT_CODES
 from statemachine_agent.testing import FakeAnthropicServer, FakeError, replies
 
 Capsys = pytest.CaptureFixture[str]
@@ -455,7 +456,7 @@ class TestArguments:
     def test_exit_codes_cover_every_end_state(self) -> None:
         """Every end state has its own exit code; only success is 0, and 2 stays for usage."""
         assert set(EXIT_CODES) == set(table.END_STATES)
-        from statemachine_agent.machine.result import SUCCESS_STATES
+        from statemachine_agent.machine.ends import SUCCESS_STATES
 
         for state, code in EXIT_CODES.items():
             assert (code == 0) == (state in SUCCESS_STATES)

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from statemachine_agent import docgen
-from statemachine_agent.cli import EXIT_CODES
 from statemachine_agent.machine import table
+from statemachine_agent.machine.ends import EXIT_CODES
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"

@@ -77,13 +77,13 @@ class TestRoundTrip:
         from statemachine_agent.machine import context as context_module
 
         store = SnapshotCheckpointer()
-        original = context_module.RunContext.checkpoint
+        original = context_module.PhaseContext.checkpoint
 
         def spy(ctx: Any) -> None:
             store.record = ctx.state
             original(ctx)
 
-        context_module.RunContext.checkpoint = spy  # type: ignore[method-assign]
+        context_module.PhaseContext.checkpoint = spy  # type: ignore[method-assign]
         try:
             Agent(
                 ScriptedModel(script),
@@ -93,7 +93,7 @@ class TestRoundTrip:
                 max_continuations=1,
             ).run("q", run_id="r")
         finally:
-            context_module.RunContext.checkpoint = original  # type: ignore[method-assign]
+            context_module.PhaseContext.checkpoint = original  # type: ignore[method-assign]
         bodies = store.bodies("r")
         assert len(bodies) == len(store.snapshots)
         for i, snapshot in enumerate(store.snapshots):

@@ -249,7 +249,8 @@ class TestContinuation:
         result = Agent(model, max_continuations=1).run("q")
         assert_end_state(result, "completed")
         assert result.text == "The first half, the rest."
-        assert_fired(result, "reason", "replied", "perceive", via=["is_max_tokens", "can_continue"])
+        assert_fired(result, "reason", "replied", "continue", via=["is_max_tokens", "can_continue"])
+        assert_fired(result, "continue", "continued", "perceive")
         assert all(validate_request(r.to_api()) == [] for r in model.requests)
 
     def test_continuations_run_out(self) -> None:

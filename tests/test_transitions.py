@@ -8,6 +8,7 @@ fails `test_every_row_has_an_arrangement`, so the table cannot grow untested.
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -16,11 +17,18 @@ import pytest
 from statemachine_agent.audit.events import Emitter
 from statemachine_agent.audit.sink import MemorySink
 from statemachine_agent.effects.base import InProcessEffects
-from statemachine_agent.machine.context import AgentDeps, RunContext
-from statemachine_agent.machine.engine import Engine
+from statemachine_agent.machine.context import AgentDeps, PhaseContext
+from statemachine_agent.machine.ends import END_STATES, RESUMABLE_STATES
+from statemachine_agent.machine.engine import PHASES, Engine, Interruptible
 from statemachine_agent.machine.run import RunError, RunRecord
 from statemachine_agent.machine.settings import RunSettings
-from statemachine_agent.machine.table import ROWS, Row
+from statemachine_agent.machine.table import (
+    ENGINE_TRIGGERS,
+    HELPER_STATES,
+    ROWS,
+    WORKING_STATES,
+    Row,
+)
 from statemachine_agent.models.base import ModelReply
 from statemachine_agent.models.scripted import ScriptedModel
 from statemachine_agent.policy.budget import Budget
@@ -81,6 +89,13 @@ def _with(*arrangements: Arrange, **settings: object) -> Arrange:
     return arrange
 
 
+def _cancelled_at(state: str, trigger: str) -> Arrange:
+    def arrange(run: RunRecord) -> None:
+        run.cancelled_at = (state, trigger)
+
+    return arrange
+
+
 def _retried(run: RunRecord) -> None:
     run.overflow_retried = True
 
@@ -129,7 +144,7 @@ ARRANGEMENTS: dict[tuple[str, str, str, tuple[str, ...]], Arrange] = {
         _last(replies.text("hi")), has_verifier=True
     ),
     ("reason", "replied", "completed", ("is_end_turn",)): _last(replies.text("hi")),
-    ("reason", "replied", "perceive", ("is_max_tokens", "can_continue")): _with(
+    ("reason", "replied", "continue", ("is_max_tokens", "can_continue")): _with(
         _last(replies.text("cut", stop_reason="max_tokens")), max_continuations=1
     ),
     ("reason", "replied", "truncated", ("is_max_tokens",)): _last(
@@ -139,7 +154,7 @@ ARRANGEMENTS: dict[tuple[str, str, str, tuple[str, ...]], Arrange] = {
     ("reason", "replied", "perceive", ("is_pause_turn",)): _last(
         replies.reply(stop_reason="pause_turn")
     ),
-    ("reason", "replied", "perceive", ("is_context_exceeded", "can_compact")): _last(
+    ("reason", "replied", "compact", ("is_context_exceeded", "can_compact")): _last(
         replies.text("x", stop_reason="model_context_window_exceeded")
     ),
     ("reason", "replied", "context_overflow", ("is_context_exceeded",)): _with(
@@ -147,7 +162,7 @@ ARRANGEMENTS: dict[tuple[str, str, str, tuple[str, ...]], Arrange] = {
     ),
     ("reason", "replied", "failed", ()): _last(replies.text("x", stop_reason="brand_new")),
     ("reason", "model_failed", "cancelled", ("cancel_requested",)): _cancel,
-    ("reason", "model_failed", "perceive", ("is_context_error", "can_compact")): _error(True),
+    ("reason", "model_failed", "compact", ("is_context_error", "can_compact")): _error(True),
     ("reason", "model_failed", "context_overflow", ("is_context_error",)): _with(
         _error(True), _retried
     ),
@@ -178,17 +193,35 @@ ARRANGEMENTS: dict[tuple[str, str, str, tuple[str, ...]], Arrange] = {
     ("verify", "verified", "completed", ("verdict_passed",)): _verdict(True),
     ("verify", "verified", "failed", ("rejections_exhausted",)): _verdict(False, rejections=3),
     ("verify", "verified", "perceive", ()): _verdict(False, rejections=1),
-    ("perceive", "crashed", "failed", ()): _nothing,
-    ("reason", "crashed", "failed", ()): _nothing,
-    ("act", "crashed", "failed", ()): _nothing,
-    ("observe", "crashed", "failed", ()): _nothing,
-    ("intervene", "crashed", "failed", ()): _nothing,
-    ("reflect", "crashed", "failed", ()): _nothing,
-    ("verify", "crashed", "failed", ()): _nothing,
+    ("continue", "continued", "cancelled", ("cancel_requested",)): _cancel,
+    ("continue", "continued", "perceive", ()): _nothing,
+    ("compact", "compacted", "cancelled", ("cancel_requested",)): _cancel,
+    ("compact", "compacted", "perceive", ()): _nothing,
+    ("awaiting_approval", "resumed", "act", ()): _nothing,
+    ("cancelled", "resumed", "perceive", ("cancelled_before_reply",)): _cancelled_at(
+        "reason", "model_failed"
+    ),
+    ("cancelled", "resumed", "reason", ("cancelled_after_reply",)): _cancelled_at(
+        "reason", "replied"
+    ),
+    **{
+        ("cancelled", "resumed", state, (f"cancelled_in_{state}",)): _cancelled_at(state, trigger)
+        for state, trigger in (
+            ("act", "tools_done"),
+            ("observe", "observed"),
+            ("intervene", "intervened"),
+            ("reflect", "reflected"),
+            ("verify", "verified"),
+            ("continue", "continued"),
+            ("compact", "compacted"),
+        )
+    },
+    ("cancelled", "resumed", "perceive", ()): _nothing,
+    **{(state, "crashed", "failed", ()): _nothing for state in WORKING_STATES + HELPER_STATES},
 }
 
 
-def make_context(state: str) -> RunContext:
+def make_context(state: str) -> PhaseContext:
     record = RunRecord(
         run_id="run_test",
         settings=RunSettings(budget=Budget(max_iterations=3)),
@@ -202,7 +235,7 @@ def make_context(state: str) -> RunContext:
         effects=InProcessEffects(),
         prices=DEFAULT_PRICE_TABLE,
     )
-    return RunContext(state=record, deps=deps, emitter=Emitter("run_test", sinks=[MemorySink()]))
+    return PhaseContext(state=record, deps=deps, emitter=Emitter("run_test", sinks=[MemorySink()]))
 
 
 @pytest.fixture(scope="module")
@@ -268,3 +301,44 @@ def test_guard_order_cancel_beats_stop_reason(engine: Engine) -> None:
     _cancel(ctx.state)
     engine.fire(ctx, "replied")
     assert ctx.state.state == "cancelled"
+
+
+def test_resumed_row_that_carries_on_names_the_trigger(engine: Engine) -> None:
+    """A run cancelled after observe resumes in observe and carries on with `observed`."""
+    ctx = make_context("cancelled")
+    _cancelled_at("observe", "observed")(ctx.state)
+    engine.fire(ctx, "resumed")
+    assert ctx.state.state == "observe"
+    assert ctx.entered_by is not None
+    assert ctx.entered_by.carry_on == "observed"
+    assert ctx.state.cancelled_at is None
+
+
+class TestTypedTriggers:
+    """The triggers each phase can name are its return annotation, tied to the table."""
+
+    @staticmethod
+    def _named(function: object) -> set[str]:
+        hints = typing.get_type_hints(function)
+        return set(typing.get_args(hints["return"]))
+
+    @pytest.mark.parametrize("state", sorted(PHASES))
+    def test_a_phase_names_exactly_the_triggers_of_its_rows(self, state: str) -> None:
+        """Every trigger a phase can return has rows from its state, and every row's
+        trigger from that state is returned by the phase (or fired by the engine)."""
+        phase = PHASES[state]
+        named = self._named(type(phase).run)
+        if isinstance(phase, Interruptible):
+            named |= self._named(type(phase).interrupted)
+        in_table = {r.trigger for r in ROWS if r.source == state} - set(ENGINE_TRIGGERS)
+        assert named == in_table
+
+    def test_end_states_are_left_only_by_engine_triggers(self) -> None:
+        """No phase runs an end state; only `resumed` leaves one, and only a resumable one."""
+        leaving = {(r.source, r.trigger) for r in ROWS if r.source in END_STATES}
+        assert {t for _, t in leaving} <= set(ENGINE_TRIGGERS)
+        assert {s for s, _ in leaving} == set(RESUMABLE_STATES)
+
+    def test_every_working_state_has_a_phase(self) -> None:
+        """The engine can run every state that is not an end."""
+        assert set(PHASES) == set(WORKING_STATES + HELPER_STATES)

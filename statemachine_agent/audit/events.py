@@ -7,6 +7,7 @@ phases only say what happened.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Sequence
@@ -53,6 +54,9 @@ class Emitter:
         self._chosen_logger = logger is not None
         self.logger = logger if logger is not None else default_logger()
         self._stdlib = logging.getLogger(LOGGER_NAME)
+        self.failure: str | None = None
+        """Why a sink or the logger failed, if one did; the engine then ends the run in
+        `failed`, because a run whose audit trail has a hole must not carry on."""
 
     def listened(self) -> bool:
         """Whether any sink or logger would receive an event (else emitting is skipped).
@@ -73,11 +77,32 @@ class Emitter:
         record: dict[str, Any] = {"event": event, "run_id": self.run_id, "ts": time.time()}
         record.update(payload)
         record = self.redactor.redact(record)
-        for sink in self.sinks:
-            sink.write(record)
+        for sink in list(self.sinks):
+            try:
+                sink.write(record)
+            except Exception as exc:
+                self._failed(f"audit sink {type(sink).__name__}", exc, drop=sink)
+        if self.logger is None:
+            return
         fields = {k: v for k, v in record.items() if k != "event"}
-        self.logger.info(event, **fields)
+        try:
+            self.logger.info(event, **fields)
+        except Exception as exc:
+            self._failed("the audit logger", exc)
+            self.logger = None
+
+    def _failed(self, component: str, exc: Exception, *, drop: AuditSink | None = None) -> None:
+        """Note the first failure, and stop using a sink that failed (the others go on)."""
+        if self.failure is None:
+            self.failure = f"{component} raised {type(exc).__name__}: {exc}"
+        if drop is not None:
+            self.sinks.remove(drop)
+            with contextlib.suppress(Exception):
+                drop.close()
 
     def close(self) -> None:
         for sink in self.sinks:
-            sink.close()
+            try:
+                sink.close()
+            except Exception as exc:
+                self._failed(f"audit sink {type(sink).__name__}", exc)

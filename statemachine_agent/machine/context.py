@@ -15,6 +15,7 @@ from statemachine_agent.audit.events import Emitter
 from statemachine_agent.context.compaction import SizeCache
 from statemachine_agent.effects.base import Effects
 from statemachine_agent.machine.run import RunRecord
+from statemachine_agent.machine.table import Row
 from statemachine_agent.models.base import Model, ModelRequest
 from statemachine_agent.persistence.base import Checkpointer
 from statemachine_agent.persistence.delta import CheckpointWriter
@@ -49,7 +50,7 @@ class AgentDeps:
 
 
 @dataclass(slots=True)
-class RunContext:
+class PhaseContext:
     """One run in flight: its record, the agent's services and its emitter."""
 
     state: RunRecord
@@ -65,6 +66,13 @@ class RunContext:
     """The live detector, kept between observations (rebuilt from the record on resume)."""
     checkpoint_error: str | None = None
     """Why checkpointing failed; the engine then ends the run in `failed`."""
+    entered_by: Row | None = None
+    """The row that entered the current state (set by the engine as it fires)."""
+
+    @property
+    def arrival(self) -> str | None:
+        """What the row that entered this state asks of its phase (`Row.arrival`)."""
+        return self.entered_by.arrival if self.entered_by is not None else None
 
     def detector(self, policy: StallPolicy) -> StallDetector:
         """The run's stall detector: the live one, or rebuilt from the record's state."""

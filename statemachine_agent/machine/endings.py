@@ -11,7 +11,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from statemachine_agent.machine.context import RunContext
+from statemachine_agent.machine.context import PhaseContext
+from statemachine_agent.machine.ends import ENDS
 from statemachine_agent.machine.guards import KNOWN_STOP_REASONS, budget_reason
 from statemachine_agent.machine.salvage import salvage
 
@@ -26,15 +27,15 @@ class Ending:
     details: dict[str, Any] | None = None
 
 
-Handler = Callable[[RunContext], Awaitable[Ending]]
+Handler = Callable[[PhaseContext], Awaitable[Ending]]
 
 
-def _last_text(ctx: RunContext) -> str:
+def _last_text(ctx: PhaseContext) -> str:
     reply = ctx.state.last_reply
     return reply.text if reply else ""
 
 
-async def completed(ctx: RunContext) -> Ending:
+async def completed(ctx: PhaseContext) -> Ending:
     """The model's final text is the answer (with any continued, cut-off parts before it)."""
     run = ctx.state
     reply = run.last_reply
@@ -45,7 +46,7 @@ async def completed(ctx: RunContext) -> Ending:
     return Ending(run.partial_text + _last_text(ctx), reason)
 
 
-async def finished(ctx: RunContext) -> Ending:
+async def finished(ctx: PhaseContext) -> Ending:
     """The finish tool's input is the structured result; its summary is the text."""
     data = dict(ctx.state.finish or {})
     status = data.get("status", "completed")
@@ -56,7 +57,7 @@ async def finished(ctx: RunContext) -> Ending:
     return Ending(summary, reason, data=data)
 
 
-async def budget_exhausted(ctx: RunContext) -> Ending:
+async def budget_exhausted(ctx: PhaseContext) -> Ending:
     """Name the limit and its figures, then salvage a summary of what was found."""
     why = budget_reason(ctx.state) or "a budget limit was reached"
     reason = f"budget exhausted: {why}"
@@ -66,7 +67,7 @@ async def budget_exhausted(ctx: RunContext) -> Ending:
     return Ending(summary, reason, details=details)
 
 
-async def stalled(ctx: RunContext) -> Ending:
+async def stalled(ctx: PhaseContext) -> Ending:
     """Name the repeated pattern; salvage a summary when the stall policy asks for it."""
     run = ctx.state
     finding = run.stall or {}
@@ -82,7 +83,7 @@ async def stalled(ctx: RunContext) -> Ending:
     return Ending(summary, reason, details={**details, **extra})
 
 
-async def truncated(ctx: RunContext) -> Ending:
+async def truncated(ctx: PhaseContext) -> Ending:
     """The output hit max_tokens; a tool call cut off inside it is never run."""
     reply = ctx.state.last_reply
     cut_tool = bool(reply and reply.tool_uses)
@@ -97,7 +98,7 @@ async def truncated(ctx: RunContext) -> Ending:
     )
 
 
-async def refused(ctx: RunContext) -> Ending:
+async def refused(ctx: PhaseContext) -> Ending:
     """Keep the API's stop details: they say which policy applied."""
     reply = ctx.state.last_reply
     details = dict(reply.stop_details) if reply and reply.stop_details else {}
@@ -106,7 +107,7 @@ async def refused(ctx: RunContext) -> Ending:
     return Ending(_last_text(ctx), reason, details={"stop_details": details})
 
 
-async def context_overflow(ctx: RunContext) -> Ending:
+async def context_overflow(ctx: PhaseContext) -> Ending:
     """Say how large the prompt was, as far as the API told us."""
     run = ctx.state
     input_tokens = run.last_reply.usage.input_tokens if run.last_reply else None
@@ -124,7 +125,7 @@ async def context_overflow(ctx: RunContext) -> Ending:
     )
 
 
-async def failed(ctx: RunContext) -> Ending:
+async def failed(ctx: PhaseContext) -> Ending:
     """An error class, status and request id when an error ended the run; else the reply's fault."""
     run = ctx.state
     if run.error is not None:
@@ -160,7 +161,7 @@ async def failed(ctx: RunContext) -> Ending:
     return Ending("", f"failed: {why}", details={"stop_reason": reply.stop_reason})
 
 
-async def cancelled(ctx: RunContext) -> Ending:
+async def cancelled(ctx: PhaseContext) -> Ending:
     """Everything done so far is kept in the result's messages."""
     return Ending(
         _last_text(ctx),
@@ -168,7 +169,7 @@ async def cancelled(ctx: RunContext) -> Ending:
     )
 
 
-async def awaiting_approval(ctx: RunContext) -> Ending:
+async def awaiting_approval(ctx: PhaseContext) -> Ending:
     """List the calls waiting for a decision; `Agent.resume` continues with the answers."""
     run = ctx.state
     waiting = set(run.awaiting)
@@ -185,15 +186,13 @@ async def awaiting_approval(ctx: RunContext) -> Ending:
     )
 
 
-ENDINGS: Mapping[str, Handler] = {
-    "completed": completed,
-    "finished": finished,
-    "budget_exhausted": budget_exhausted,
-    "stalled": stalled,
-    "truncated": truncated,
-    "refused": refused,
-    "context_overflow": context_overflow,
-    "failed": failed,
-    "cancelled": cancelled,
-    "awaiting_approval": awaiting_approval,
-}
+def _handler_of(name: str) -> Handler:
+    """The handler of an end state is the function of this module named after it."""
+    handler = globals().get(name)
+    if not callable(handler):  # pragma: no cover - a definition error, caught at import
+        raise RuntimeError(f"end state {name!r} is declared in ends.py but has no handler here")
+    return handler  # type: ignore[no-any-return]
+
+
+ENDINGS: Mapping[str, Handler] = {end.name: _handler_of(end.name) for end in ENDS}
+"""Each end state's handler, derived from the declarations in `ends.py`."""

@@ -13,20 +13,24 @@ import asyncio
 import contextlib
 import threading
 import traceback
-from collections.abc import Mapping
-from typing import Any, Protocol
+from collections.abc import Coroutine, Mapping
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from transitions import Machine, State
 
 from statemachine_agent.context.notices import close_pending
-from statemachine_agent.machine.context import RunContext
+from statemachine_agent.machine.context import PhaseContext
 from statemachine_agent.machine.endings import ENDINGS, Ending
+from statemachine_agent.machine.ends import END_BY_NAME, END_STATES, RESUMABLE_STATES
+from statemachine_agent.machine.failures import ComponentError, GuardError
 from statemachine_agent.machine.guards import GUARDS, Guard
 from statemachine_agent.machine.result import RunResult
 from statemachine_agent.machine.run import RunError, RunRecord, TransitionRecord
-from statemachine_agent.machine.table import END_STATES, ROWS, STATES, Row
+from statemachine_agent.machine.table import ROWS, STATES, Row
 from statemachine_agent.persistence.codec import to_plain
 from statemachine_agent.phases.act import Act
+from statemachine_agent.phases.compact import Compact
+from statemachine_agent.phases.continuation import Continue
 from statemachine_agent.phases.intervene import Intervene
 from statemachine_agent.phases.observe import Observe
 from statemachine_agent.phases.perceive import Perceive
@@ -34,9 +38,7 @@ from statemachine_agent.phases.reason import Reason
 from statemachine_agent.phases.reflect import Reflect
 from statemachine_agent.phases.verify import Verify
 
-RESUMABLE_STATES = frozenset({"awaiting_approval", "cancelled"})
-"""End states a run can be resumed from; their unanswered tool calls stay open in
-the record (the result's copy of a cancelled run's history closes them)."""
+T = TypeVar("T")
 
 
 class MachineDefinitionError(RuntimeError):
@@ -44,7 +46,20 @@ class MachineDefinitionError(RuntimeError):
 
 
 class Phase(Protocol):
-    async def run(self, ctx: RunContext) -> str: ...
+    """What runs a working state: it does its work and names a trigger of its rows."""
+
+    async def run(self, ctx: PhaseContext) -> str: ...
+
+
+@runtime_checkable
+class Interruptible(Protocol):
+    """A phase whose work a cancel may abandon (an in-flight model call).
+
+    The phase, not the engine or the cancel token, says what abandoning means
+    for it: it records why and names the trigger its rows expect.
+    """
+
+    def interrupted(self, ctx: PhaseContext) -> str: ...
 
 
 PHASES: Mapping[str, Phase] = {
@@ -55,6 +70,8 @@ PHASES: Mapping[str, Phase] = {
     "intervene": Intervene(),
     "reflect": Reflect(),
     "verify": Verify(),
+    "continue": Continue(),
+    "compact": Compact(),
 }
 
 
@@ -69,7 +86,10 @@ class _Condition:
         return f"<guard {self.name}>"
 
     def __call__(self, event: Any) -> bool:
-        verdict = bool(self.guard(event.model))
+        try:
+            verdict = bool(self.guard(event.model))
+        except Exception as exc:
+            raise GuardError(self.name, exc) from exc
         event.kwargs["verdicts"][self.name] = verdict
         return verdict
 
@@ -95,6 +115,9 @@ def build_machine() -> Machine:
         send_event=True,
         ignore_invalid_triggers=False,
     )
+    unrun = [name for name in STATES if name not in END_STATES and name not in PHASES]
+    if unrun:
+        raise MachineDefinitionError(f"no phase runs working state(s) {unrun}")
     for row in ROWS:
         try:
             conditions: list[Any] = [_Condition(name, GUARDS[name]) for name in row.guards]
@@ -112,7 +135,7 @@ class Engine:
     def __init__(self) -> None:
         self.machine = build_machine()
 
-    def fire(self, ctx: RunContext, trigger: str) -> TransitionRecord:
+    def fire(self, ctx: PhaseContext, trigger: str) -> TransitionRecord:
         """Fire `trigger` from the run's state and record the transition."""
         run = ctx.state
         source = run.state
@@ -140,23 +163,25 @@ class Engine:
         run.trail.append(record)
         if run.state == "cancelled":
             run.cancelled_at = (source, trigger)
+        elif source == "cancelled":
+            run.cancelled_at = None  # the resumed row has read it
+        ctx.entered_by = fired[0]
         ctx.emitter.emit("transition.fired", **record.to_dict())
         ctx.checkpoint()
         return record
 
     async def drive(
         self,
-        ctx: RunContext,
+        ctx: PhaseContext,
         *,
         cancel: CancelToken | None = None,
-        refire: str | None = None,
         resumed: bool = False,
     ) -> RunResult:
         """Run phases and fire their triggers until an end state, then run its handler.
 
-        `refire` fires a trigger before running any phase: a resumed run whose
-        last phase had already done its work (recorded in the record) carries on
-        from that phase's outcome instead of doing the work twice.
+        A resumed run in a resumable end state (paused for approval, cancelled)
+        leaves it by the `resumed` trigger: its rows say where it carries on. A run
+        that crashed carries on in the state its last checkpoint recorded.
         """
         run = ctx.state
         ctx.started_at = ctx.deps.effects.monotonic() - run.elapsed_s
@@ -178,44 +203,65 @@ class Engine:
             "settings": to_plain(run.settings, "settings"),
         }
         if resumed:
-            ctx.emitter.emit("run.resumed", **fields, seq=run.seq, refire=refire)
+            ctx.emitter.emit("run.resumed", **fields, seq=run.seq)
         else:
             ctx.emitter.emit("run.started", **fields)
         ctx.checkpoint()
-        trigger = refire
-        while run.state not in END_STATES:
+        trigger: str | None = "resumed" if resumed and run.state in RESUMABLE_STATES else None
+        while True:
             if trigger is None:
+                if run.state in END_STATES:
+                    break
                 trigger = await self._step(ctx, cancel)
             run.elapsed_s = ctx.deps.effects.monotonic() - ctx.started_at
             if cancel is not None and cancel.cancelled:
                 run.cancel_requested = True
-            try:
-                self.fire(ctx, trigger)
-            except MachineDefinitionError as exc:
-                run.error = RunError(kind="MachineDefinitionError", message=str(exc))
-                self.fire(ctx, "crashed")
-            if ctx.checkpoint_error is not None and run.state not in END_STATES:
-                run.error = RunError(kind="CheckpointError", message=ctx.checkpoint_error)
-                self.fire(ctx, "crashed")
-            trigger = None
+            trigger = self._fire_or_crash(ctx, trigger)
+            if run.state not in END_STATES and trigger is None:
+                failure = _component_failure(ctx)
+                if failure is not None:
+                    run.error = failure
+                    self.fire(ctx, "crashed")
         return await self._end(ctx)
 
-    async def _step(self, ctx: RunContext, cancel: CancelToken | None) -> str:
-        """Run the current phase; a defect in it becomes the `crashed` trigger."""
+    def _fire_or_crash(self, ctx: PhaseContext, trigger: str) -> str | None:
+        """Fire `trigger`; a row or guard defect ends the run through `crashed`.
+
+        Returns the trigger to fire next without running a phase: the `carry_on`
+        of the row that fired (a resumed run whose phase had done its work).
+        """
+        run = ctx.state
+        try:
+            self.fire(ctx, trigger)
+        except (MachineDefinitionError, GuardError) as exc:
+            run.error = RunError(kind=type(exc).__name__, message=str(exc))
+            if run.state in END_STATES:  # a resumed row's guard failed: nothing to crash
+                ctx.emitter.emit("resume.failed", state=run.state, error=run.error.message)
+                return None
+            self.fire(ctx, "crashed")
+            return None
+        return ctx.entered_by.carry_on if ctx.entered_by is not None else None
+
+    async def _step(self, ctx: PhaseContext, cancel: CancelToken | None) -> str:
+        """Run the current phase; a defect in it, or in a component it calls, becomes the
+        `crashed` trigger, with the component named when it was one."""
         run = ctx.state
         phase = PHASES.get(run.state)
         try:
             if phase is None:
                 raise MachineDefinitionError(f"no phase runs state {run.state!r}")
-            if cancel is None:
+            if cancel is None or not isinstance(phase, Interruptible):
                 return await phase.run(ctx)
-            return await cancel.race(phase.run(ctx), run)
+            finished, trigger = await cancel.race(phase.run(ctx))
+            return trigger if finished and trigger is not None else phase.interrupted(ctx)
+        except ComponentError as exc:
+            run.error = RunError(kind="ComponentError", message=str(exc))
         except Exception as exc:
             run.error = RunError(kind=type(exc).__name__, message=_describe_defect(exc))
-            ctx.emitter.emit("phase.crashed", state=run.state, error=run.error.message)
-            return "crashed"
+        ctx.emitter.emit("phase.crashed", state=run.state, error=run.error.message)
+        return "crashed"
 
-    async def _end(self, ctx: RunContext) -> RunResult:
+    async def _end(self, ctx: PhaseContext) -> RunResult:
         run = ctx.state
         handler = ENDINGS[run.state]
         if run.state not in RESUMABLE_STATES:
@@ -233,7 +279,7 @@ class Engine:
             close_pending(messages, "the run was cancelled")
         run.elapsed_s = ctx.deps.effects.monotonic() - ctx.started_at
         result = RunResult(
-            end_state=run.state,
+            end_state=END_BY_NAME[run.state].name,
             text=ending.text,
             reason=ending.reason,
             run_id=run.run_id,
@@ -263,6 +309,15 @@ class Engine:
             elapsed_s=round(result.elapsed_s, 6),
         )
         return result
+
+
+def _component_failure(ctx: PhaseContext) -> RunError | None:
+    """A failed checkpoint or audit write: the run must not go on without them."""
+    if ctx.checkpoint_error is not None:
+        return RunError(kind="CheckpointError", message=ctx.checkpoint_error)
+    if ctx.emitter.failure is not None:
+        return RunError(kind="AuditError", message=ctx.emitter.failure)
+    return None
 
 
 def _budget_fields(run: RunRecord) -> dict[str, Any]:
@@ -308,28 +363,28 @@ class CancelToken:
         for loop, future in waiters:
             loop.call_soon_threadsafe(_resolve, future)
 
-    async def race(self, work: Any, run: RunRecord) -> str:
-        """Await a phase, abandoning an in-flight model call if cancellation comes first."""
-        if run.state != "reason":
-            return str(await work)
+    async def race(self, work: Coroutine[Any, Any, T]) -> tuple[bool, T | None]:
+        """Await `work` unless cancellation comes first: `(True, result)`, or `(False, None)`
+        with the work cancelled. It knows nothing of states; the phase decides what an
+        abandoned piece of work means."""
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[None] = loop.create_future()
         self._waiters.append((loop, waiter))
         if self._cancelled:
             _resolve(waiter)
-        task = asyncio.ensure_future(work)
+        task: asyncio.Task[T] = asyncio.ensure_future(work)
         try:
-            await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+            pending: set[asyncio.Future[Any]] = {task, waiter}
+            await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
         finally:
             if (loop, waiter) in self._waiters:
                 self._waiters.remove((loop, waiter))
         if task.done():
-            return str(task.result())
+            return True, task.result()
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
-        run.error = RunError(kind="Cancelled", message="the model call was cancelled by the host")
-        return "model_failed"
+        return False, None
 
 
 def _resolve(future: asyncio.Future[None]) -> None:

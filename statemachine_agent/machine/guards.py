@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from statemachine_agent.machine.run import RunRecord
+from statemachine_agent.machine.table import guard_names
 
 Guard = Callable[[RunRecord], bool]
 
@@ -178,6 +179,26 @@ def reflection_due(run: RunRecord) -> bool:
     )
 
 
+def cancelled_before_reply(run: RunRecord) -> bool:
+    """The run was cancelled before a model reply was in hand (in perceive, or with the
+    model call abandoned), so resuming makes the call again."""
+    return run.cancelled_at in (("perceive", "prepared"), ("reason", "model_failed"))
+
+
+def cancelled_after_reply(run: RunRecord) -> bool:
+    """The run was cancelled with the model's reply kept, so resuming decides on that reply."""
+    return run.cancelled_at == ("reason", "replied")
+
+
+def _cancelled_in(state: str) -> Guard:
+    def guard(run: RunRecord) -> bool:
+        return run.cancelled_at is not None and run.cancelled_at[0] == state
+
+    guard.__name__ = guard.__qualname__ = f"cancelled_in_{state}"
+    guard.__doc__ = f"The run was cancelled right after `{state}` (its work is in the record)."
+    return guard
+
+
 GUARDS: Mapping[str, Guard] = {
     guard.__name__: guard
     for guard in (
@@ -203,6 +224,14 @@ GUARDS: Mapping[str, Guard] = {
         stall_detected,
         stall_persists,
         reflection_due,
+        cancelled_before_reply,
+        cancelled_after_reply,
+        # one per state the table resumes a cancelled run in (`cancelled_in_<state>`)
+        *(
+            _cancelled_in(name.removeprefix("cancelled_in_"))
+            for name in guard_names()
+            if name.startswith("cancelled_in_")
+        ),
     )
 }
 """The guards the table may name, by name."""

@@ -6,17 +6,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from statemachine_agent.machine.ends import SUCCESS_STATES, EndState
 from statemachine_agent.machine.run import TransitionRecord
 from statemachine_agent.models.base import JSON, Usage
-
-SUCCESS_STATES = frozenset({"completed", "finished"})
 
 
 @dataclass(frozen=True, slots=True)
 class RunResult:
     """The outcome of one run, built by the handler of the end state it reached."""
 
-    end_state: str
+    end_state: EndState
     """The named end state (`completed`, `finished`, `budget_exhausted`, ...)."""
     text: str
     """The answer for a person: final text, finish summary, or salvage summary."""

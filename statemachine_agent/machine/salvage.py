@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from statemachine_agent.context.notices import add_user_text
-from statemachine_agent.machine.context import RunContext
+from statemachine_agent.machine.context import PhaseContext
 from statemachine_agent.models.base import ModelError
 from statemachine_agent.phases.perceive import build_request
 from statemachine_agent.phases.reason import append_reply, charge
@@ -26,7 +26,7 @@ def salvage_notice(why: str) -> str:
     )
 
 
-async def salvage(ctx: RunContext, why: str) -> tuple[str, dict[str, Any]]:
+async def salvage(ctx: PhaseContext, why: str) -> tuple[str, dict[str, Any]]:
     """Make the salvage call; returns its text and the facts to report (usage, cost)."""
     run, deps = ctx.state, ctx.deps
     add_user_text(run.messages, salvage_notice(why))
@@ -55,5 +55,5 @@ async def salvage(ctx: RunContext, why: str) -> tuple[str, dict[str, Any]]:
     return reply.text, {"salvage": {"usage": reply.usage.to_dict(), "cost_usd": cost}}
 
 
-def request_has_tools(ctx: RunContext) -> bool:
+def request_has_tools(ctx: PhaseContext) -> bool:
     return len(ctx.deps.tools) > 0

@@ -8,31 +8,25 @@ and trigger, the first whose guards all pass fires. Guarded rows therefore sit
 above their fallback, and the order within a group is part of the contract:
 cancellation first, then the budget, then the model's stop_reason, then finishing,
 then the stall detector, then the reflection interval.
+
+Resuming is rows too: a paused or cancelled run leaves its end state by the
+`resumed` trigger, and the row says where it carries on. A row may carry data for
+the state it enters (`arrival`, `carry_on`); the phase obeys the row that fired
+and never guesses why it was entered.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from statemachine_agent.machine.ends import END_STATES as END_STATES  # the table's end states
+
 WORKING_STATES: tuple[str, ...] = ("perceive", "reason", "act", "observe")
 """The four phases of the loop."""
 
-HELPER_STATES: tuple[str, ...] = ("intervene", "reflect", "verify")
-"""Working states a configured feature routes through."""
+HELPER_STATES: tuple[str, ...] = ("intervene", "reflect", "verify", "continue", "compact")
+"""Working states a configured feature (or a recoverable stop) routes through."""
 
-END_STATES: tuple[str, ...] = (
-    "completed",
-    "finished",
-    "budget_exhausted",
-    "stalled",
-    "truncated",
-    "refused",
-    "context_overflow",
-    "failed",
-    "cancelled",
-    "awaiting_approval",
-)
-"""Every way a run can end; each has exactly one handler in `endings.py`."""
 
 STATES: tuple[str, ...] = WORKING_STATES + HELPER_STATES + END_STATES
 INITIAL_STATE = "perceive"
@@ -50,6 +44,12 @@ class Row:
     dest: str
     guards: tuple[str, ...] = ()
     description: str = ""
+    arrival: str | None = None
+    """An instruction this row gives the phase it enters (e.g. `drop_cut_reply`), so the
+    phase obeys the row instead of re-deriving why it was entered."""
+    carry_on: str | None = None
+    """A trigger the engine fires on arrival instead of running the phase: the phase's
+    work is already in the record (a resumed run whose phase had finished)."""
 
     @property
     def key(self) -> tuple[str, str, str, tuple[str, ...]]:
@@ -83,7 +83,7 @@ ROWS: tuple[Row, ...] = (
         "The model claims it is done; the verifier checks the claim first."),
     Row("reason", "replied", "completed", ("is_end_turn",),
         "The model ended its turn (end_turn or stop_sequence) without tool calls."),
-    Row("reason", "replied", "perceive", ("is_max_tokens", "can_continue"),
+    Row("reason", "replied", "continue", ("is_max_tokens", "can_continue"),
         "A text reply hit max_tokens; ask the model to continue where it stopped."),
     Row("reason", "replied", "truncated", ("is_max_tokens",),
         "The output hit max_tokens; a cut-off tool call is never run."),
@@ -91,15 +91,16 @@ ROWS: tuple[Row, ...] = (
         "The model refused; the API's stop details are kept."),
     Row("reason", "replied", "perceive", ("is_pause_turn",),
         "A server tool paused the turn; send the reply back to let it continue."),
-    Row("reason", "replied", "perceive", ("is_context_exceeded", "can_compact"),
-        "The context window filled up; compact old tool results once and retry."),
+    Row("reason", "replied", "compact", ("is_context_exceeded", "can_compact"),
+        "The context window filled up; drop the cut reply, compact once and retry.",
+        arrival="drop_cut_reply"),
     Row("reason", "replied", "context_overflow", ("is_context_exceeded",),
         "The context window was exceeded even after compaction."),
     Row("reason", "replied", "failed", (),
         "Any other stop_reason is unknown to the engine: stop rather than guess."),
     Row("reason", "model_failed", "cancelled", ("cancel_requested",),
         "The in-flight model call was cancelled by the host."),
-    Row("reason", "model_failed", "perceive", ("is_context_error", "can_compact"),
+    Row("reason", "model_failed", "compact", ("is_context_error", "can_compact"),
         "The API rejected the prompt as too long; compact once and retry."),
     Row("reason", "model_failed", "context_overflow", ("is_context_error",),
         "The prompt is still too long after compaction."),
@@ -148,12 +149,44 @@ ROWS: tuple[Row, ...] = (
         "The verifier rejected the claim too often; the last feedback is the reason."),
     Row("verify", "verified", "perceive", (),
         "The verifier rejected the claim; its feedback goes back to the model."),
+    Row("continue", "continued", "cancelled", ("cancel_requested",),
+        "Cancelled before the continuation was asked for."),
+    Row("continue", "continued", "perceive", (),
+        "The cut-off text is kept and the model is asked to go on from where it stopped."),
+    Row("compact", "compacted", "cancelled", ("cancel_requested",),
+        "Cancelled during compaction."),
+    Row("compact", "compacted", "perceive", (),
+        "Old tool results are replaced by placeholders; the call is tried again, once."),
+    # resuming: a paused or cancelled run carries on from where it stopped.
+    Row("awaiting_approval", "resumed", "act", (),
+        "Resumed with decisions: act applies them and runs only the calls not yet answered."),
+    Row("cancelled", "resumed", "perceive", ("cancelled_before_reply",),
+        "Cancelled before the model answered: build the request again and call it."),
+    Row("cancelled", "resumed", "reason", ("cancelled_after_reply",),
+        "Cancelled with the reply in hand: decide on the kept reply as if just received.",
+        carry_on="replied"),
+    Row("cancelled", "resumed", "act", ("cancelled_in_act",),
+        "Cancelled while tools ran: act runs only the calls without a recorded outcome."),
+    *(
+        Row("cancelled", "resumed", state, (f"cancelled_in_{state}",),
+            f"Cancelled after {state} had done its work: carry on from its outcome.",
+            carry_on=trigger)
+        for state, trigger in (("observe", "observed"), ("intervene", "intervened"),
+                               ("reflect", "reflected"), ("verify", "verified"),
+                               ("continue", "continued"), ("compact", "compacted"))
+    ),
+    Row("cancelled", "resumed", "perceive", (),
+        "Where the run was cancelled is not recorded: start again from a fresh request."),
     # A defect in a phase (a bug, not a model or tool failure) still ends by name.
     *(
         Row(state, "crashed", "failed", (), "An unexpected error inside the phase.")
         for state in WORKING_STATES + HELPER_STATES
     ),
 )  # fmt: skip
+
+
+ENGINE_TRIGGERS: tuple[str, ...] = ("crashed", "resumed")
+"""Triggers the engine fires itself; every other trigger is named by a phase."""
 
 
 def rows_from(source: str, trigger: str) -> tuple[Row, ...]:

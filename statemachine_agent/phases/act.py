@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+from typing import Literal
 
-from statemachine_agent.machine.context import RunContext
+from statemachine_agent.machine.context import PhaseContext
 from statemachine_agent.policy.approval import (
     Approve,
     Defer,
@@ -28,9 +29,7 @@ from statemachine_agent.tools.base import ToolCall, ToolOutcome
 class Act:
     """Runs the pending tool calls; names `tools_done`."""
 
-    trigger = "tools_done"
-
-    async def run(self, ctx: RunContext) -> str:
+    async def run(self, ctx: PhaseContext) -> Literal["tools_done"]:
         run, deps = ctx.state, ctx.deps
         done = {outcome.tool_use_id for outcome in run.outcomes}
         run.awaiting = []
@@ -54,10 +53,10 @@ class Act:
         await deps.effects.run_tools(deps.tools, keyed, lambda c, o: self._record(ctx, c, o))
         order = {call.id: i for i, call in enumerate(run.pending_calls)}
         run.outcomes.sort(key=lambda o: order.get(o.tool_use_id, len(order)))
-        return self.trigger
+        return "tools_done"
 
     def _over_limit(
-        self, ctx: RunContext, call: ToolCall, admitted: dict[str, int]
+        self, ctx: PhaseContext, call: ToolCall, admitted: dict[str, int]
     ) -> ToolOutcome | None:
         """Past its tool's limit a call is answered instead of run.
 
@@ -83,7 +82,7 @@ class Act:
         admitted[call.name] = admitted.get(call.name, 0) + 1
         return None
 
-    async def _approve(self, ctx: RunContext, call: ToolCall) -> ToolCall | ToolOutcome | None:
+    async def _approve(self, ctx: PhaseContext, call: ToolCall) -> ToolCall | ToolOutcome | None:
         """The call to run (maybe edited), a denial to answer with, or None if deferred."""
         run, deps = ctx.state, ctx.deps
         tool = deps.tools.get(call.name)
@@ -112,7 +111,7 @@ class Act:
         run.awaiting.append(call.id)
         return None
 
-    def _record(self, ctx: RunContext, call: ToolCall, outcome: ToolOutcome) -> None:
+    def _record(self, ctx: PhaseContext, call: ToolCall, outcome: ToolOutcome) -> None:
         """Keep the outcome (without its raw value, which need not be JSON) and checkpoint."""
         run = ctx.state
         fields = {

@@ -8,8 +8,10 @@ repetitions count against the next intervention.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from statemachine_agent.context.notices import add_user_text
-from statemachine_agent.machine.context import RunContext
+from statemachine_agent.machine.context import PhaseContext
 
 
 def intervention_text(finding: dict[str, object], number: int, allowed: int) -> str:
@@ -25,9 +27,7 @@ def intervention_text(finding: dict[str, object], number: int, allowed: int) -> 
 class Intervene:
     """Adds the intervention to the history; names `intervened`."""
 
-    trigger = "intervened"
-
-    async def run(self, ctx: RunContext) -> str:
+    async def run(self, ctx: PhaseContext) -> Literal["intervened"]:
         run = ctx.state
         policy = run.settings.stall
         finding = dict(run.stall or {})
@@ -47,4 +47,4 @@ class Intervene:
             count=finding.get("count"),
         )
         run.stall = None
-        return self.trigger
+        return "intervened"

@@ -7,15 +7,15 @@ very next message, and the model reads results best in the order it asked.
 
 from __future__ import annotations
 
-from statemachine_agent.machine.context import RunContext
+from typing import Literal
+
+from statemachine_agent.machine.context import PhaseContext
 
 
 class Observe:
     """Appends the results, records them for the stall detector, names `observed`."""
 
-    trigger = "observed"
-
-    async def run(self, ctx: RunContext) -> str:
+    async def run(self, ctx: PhaseContext) -> Literal["observed"]:
         run = ctx.state
         if run.outcomes:
             run.messages.append(
@@ -33,4 +33,4 @@ class Observe:
                 ctx.emitter.emit("stall.detected", iteration=run.iteration, **finding.to_dict())
         run.pending_calls = []
         run.outcomes = []
-        return self.trigger
+        return "observed"

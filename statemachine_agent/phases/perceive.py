@@ -2,80 +2,33 @@
 
 The request is assembled fresh from the record each time (system prompt, tool
 definitions, the exact history), so nothing the model sees is hidden state.
-This is also where the context is kept in bounds: continuing a cut-off reply,
-retrying after an overflow, and replacing old tool results once the prompt
-grows past its threshold.
+This is also where the context is kept in bounds before it overflows: old tool
+results are replaced once the prompt grows past its threshold. (Continuing a
+cut-off reply and recovering from an overflow are states of their own,
+`continue` and `compact`, entered by their rows.)
 """
 
 from __future__ import annotations
 
-from statemachine_agent.context.caching import cache_last_tool, cache_latest_message
-from statemachine_agent.context.compaction import compact_tool_results
-from statemachine_agent.context.notices import add_user_text
-from statemachine_agent.machine.context import RunContext
-from statemachine_agent.models.base import JSON, ModelRequest
+from typing import Literal
 
-CONTINUE_NOTICE = (
-    "[system notice] Your previous reply was cut off at the output limit. "
-    "Continue exactly where it stopped, without repeating what you already wrote."
-)
+from statemachine_agent.context.caching import cache_last_tool, cache_latest_message
+from statemachine_agent.machine.context import PhaseContext
+from statemachine_agent.models.base import JSON, ModelRequest
+from statemachine_agent.phases.compact import compact_history
 
 
 class Perceive:
     """Builds the next request; the guards then decide whether it may be sent."""
 
-    trigger = "prepared"
-
-    async def run(self, ctx: RunContext) -> str:
-        run = ctx.state
-        reply = run.last_reply
-        overflowed = False
-        if reply is not None and run.messages and run.messages[-1].get("role") == "assistant":
-            if reply.stop_reason == "max_tokens":
-                self._continue(ctx)
-            elif reply.stop_reason == "model_context_window_exceeded":
-                run.messages.pop()
-                overflowed = True
-        if run.error is not None and run.error.context_exceeded:
-            run.error = None
-            overflowed = True
-        if overflowed:
-            self._compact(ctx, keep=min(1, ctx.deps.context.keep_tool_results), forced=True)
-        elif await _over_threshold(ctx):
-            self._compact(ctx, keep=ctx.deps.context.keep_tool_results, forced=False)
+    async def run(self, ctx: PhaseContext) -> Literal["prepared"]:
+        if await _over_threshold(ctx):
+            compact_history(ctx, keep=ctx.deps.context.keep_tool_results, forced=False)
         ctx.request = build_request(ctx)
-        return self.trigger
-
-    def _continue(self, ctx: RunContext) -> None:
-        run = ctx.state
-        run.continuations += 1
-        run.partial_text += run.last_reply.text if run.last_reply else ""
-        add_user_text(run.messages, CONTINUE_NOTICE)
-        ctx.emitter.emit("context.continued", iteration=run.iteration, count=run.continuations)
-
-    def _compact(self, ctx: RunContext, *, keep: int, forced: bool) -> None:
-        run = ctx.state
-        if forced:
-            run.overflow_retried = True
-        before = ctx.sizes.estimate(run.messages)
-        replaced, first = compact_tool_results(run.messages, keep)
-        if replaced:
-            run.compactions += 1
-        if first is not None:
-            run.dirty_from = first if run.dirty_from is None else min(run.dirty_from, first)
-            ctx.sizes.forget_from(first)
-        ctx.emitter.emit(
-            "context.compacted",
-            iteration=run.iteration,
-            forced=forced,
-            replaced=replaced,
-            kept=keep,
-            tokens_before=before,
-            tokens_after=ctx.sizes.estimate(run.messages),
-        )
+        return "prepared"
 
 
-async def _over_threshold(ctx: RunContext) -> bool:
+async def _over_threshold(ctx: PhaseContext) -> bool:
     """Whether the prompt has grown past the compaction threshold.
 
     Estimated locally by default; with `count_tokens` on, the model's own
@@ -101,7 +54,7 @@ def system_blocks(text: str | None, *, cache: bool) -> list[JSON]:
 
 
 def build_request(
-    ctx: RunContext, *, tool_choice: JSON | None = None, max_tokens: int | None = None
+    ctx: PhaseContext, *, tool_choice: JSON | None = None, max_tokens: int | None = None
 ) -> ModelRequest:
     """The request for the run's current history; `tool_choice` only for special calls."""
     deps = ctx.deps

@@ -8,8 +8,9 @@ API unchanged. Usage is charged here, the moment it is known.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Literal
 
-from statemachine_agent.machine.context import RunContext
+from statemachine_agent.machine.context import PhaseContext
 from statemachine_agent.machine.run import RunError
 from statemachine_agent.models.base import JSON, ModelError, ModelReply, ModelRequest
 from statemachine_agent.phases.perceive import build_request
@@ -19,7 +20,14 @@ from statemachine_agent.tools.base import ToolCall
 class Reason:
     """Calls the model once; names `replied` or `model_failed`."""
 
-    async def run(self, ctx: RunContext) -> str:
+    def interrupted(self, ctx: PhaseContext) -> Literal["model_failed"]:
+        """A cancel abandoned the call in flight: its reply would be discarded anyway."""
+        ctx.state.error = RunError(
+            kind="Cancelled", message="the model call was cancelled by the host"
+        )
+        return "model_failed"
+
+    async def run(self, ctx: PhaseContext) -> Literal["replied", "model_failed"]:
         run, _deps = ctx.state, ctx.deps
         request = ctx.request or build_request(ctx)
         ctx.emitter.emit(
@@ -73,7 +81,7 @@ class Reason:
         return "replied"
 
 
-async def call_with_fallbacks(ctx: RunContext, request: ModelRequest) -> ModelReply:
+async def call_with_fallbacks(ctx: PhaseContext, request: ModelRequest) -> ModelReply:
     """Call the model; on overload or rate limit, try each fallback model in turn.
 
     The SDK has already retried the primary model; fallbacks are for when it stays
@@ -124,7 +132,7 @@ def append_reply(messages: list[JSON], reply: ModelReply) -> None:
     messages.append(reply.to_message())
 
 
-def charge(ctx: RunContext, reply: ModelReply, *, iteration: bool = True) -> float:
+def charge(ctx: PhaseContext, reply: ModelReply, *, iteration: bool = True) -> float:
     """Count a model call against the run: its tokens and their price (and an iteration,
     for calls of the loop itself; a critic's or a salvage call costs but is not a step).
     """

@@ -9,9 +9,10 @@ latest tool results, gives the model a chance to change course.
 from __future__ import annotations
 
 import json
+from typing import Literal
 
 from statemachine_agent.context.notices import add_user_text
-from statemachine_agent.machine.context import RunContext
+from statemachine_agent.machine.context import PhaseContext
 from statemachine_agent.models.base import JSON, ModelError, ModelRequest
 from statemachine_agent.phases.reason import charge
 
@@ -55,9 +56,7 @@ def transcript(messages: list[JSON], limit: int = 20_000) -> str:
 class Reflect:
     """Adds a progress check or a critique; names `reflected`."""
 
-    trigger = "reflected"
-
-    async def run(self, ctx: RunContext) -> str:
+    async def run(self, ctx: PhaseContext) -> Literal["reflected"]:
         run, deps = ctx.state, ctx.deps
         run.last_reflection = run.iteration
         note = PROGRESS_CHECK
@@ -69,9 +68,9 @@ class Reflect:
                 source = "critic"
         add_user_text(run.messages, note)
         ctx.emitter.emit("reflection.added", iteration=run.iteration, source=source, text=note)
-        return self.trigger
+        return "reflected"
 
-    async def _critique(self, ctx: RunContext) -> str:
+    async def _critique(self, ctx: PhaseContext) -> str:
         """Ask the critic model; its usage counts against the run's budget."""
         run, deps = ctx.state, ctx.deps
         critic = deps.critic

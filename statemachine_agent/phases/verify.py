@@ -12,16 +12,14 @@ import inspect
 from typing import Literal
 
 from statemachine_agent.context.notices import add_user_text
-from statemachine_agent.machine.context import RunContext
+from statemachine_agent.machine.context import PhaseContext
 from statemachine_agent.policy.verify import Claim, Verdict
 
 
 class Verify:
     """Runs the verifier on the claim; names `verified`."""
 
-    trigger = "verified"
-
-    async def run(self, ctx: RunContext) -> str:
+    async def run(self, ctx: PhaseContext) -> Literal["verified"]:
         run, deps = ctx.state, ctx.deps
         via: Literal["end_turn", "finish"] = "finish" if run.finish is not None else "end_turn"
         text = (
@@ -60,4 +58,4 @@ class Verify:
                 "[verifier] Your result was checked and did not pass: "
                 f"{verdict.feedback or 'no reason given'}. Fix this and try again.",
             )
-        return self.trigger
+        return "verified"

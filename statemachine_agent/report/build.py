@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from statemachine_agent.machine.result import SUCCESS_STATES
+from statemachine_agent.machine.ends import SUCCESS_STATES
 
 MODEL_STATE = "reason"
 """The one state whose phase calls the model: entering it starts an iteration."""

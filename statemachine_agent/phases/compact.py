@@ -1,0 +1,51 @@
+"""Compact: the prompt outgrew the context window; make room once and retry.
+
+Entered only by the rows for an overflow (the API's 400 "prompt is too long",
+or a reply stopped by `model_context_window_exceeded`). Old tool results are
+replaced by placeholders, keeping at most the latest one, and the run goes back
+to `perceive` for one more try; `can_compact` allows this once per run, so an
+overflow that compaction cannot cure ends in `context_overflow`.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from statemachine_agent.context.compaction import compact_tool_results
+from statemachine_agent.machine.context import PhaseContext
+
+
+class Compact:
+    """Drops what overflowed, compacts the history; names `compacted`."""
+
+    async def run(self, ctx: PhaseContext) -> Literal["compacted"]:
+        run = ctx.state
+        if ctx.arrival == "drop_cut_reply" and run.messages:
+            run.messages.pop()  # the reply the window cut off: the retry replaces it
+        run.error = None
+        run.overflow_retried = True
+        compact_history(ctx, keep=min(1, ctx.deps.context.keep_tool_results), forced=True)
+        return "compacted"
+
+
+def compact_history(ctx: PhaseContext, *, keep: int, forced: bool) -> None:
+    """Replace all but the last `keep` tool results with placeholders, and say so.
+
+    Shared by this phase (forced, after an overflow) and `perceive` (when the
+    prompt passes `ContextPolicy.compact_at_tokens`).
+    """
+    run = ctx.state
+    before = ctx.sizes.estimate(run.messages)
+    replaced, first = compact_tool_results(run.messages, keep)
+    if first is not None:
+        run.dirty_from = first if run.dirty_from is None else min(run.dirty_from, first)
+        ctx.sizes.forget_from(first)
+    ctx.emitter.emit(
+        "context.compacted",
+        iteration=run.iteration,
+        forced=forced,
+        replaced=replaced,
+        kept=keep,
+        tokens_before=before,
+        tokens_after=ctx.sizes.estimate(run.messages),
+    )
