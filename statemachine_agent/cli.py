@@ -18,6 +18,13 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 import structlog
 
 from statemachine_agent import diagrams
+from statemachine_agent._cli_common import (
+    TOOL_SETS,
+    UsageError,
+    builtin_tools,
+    ensure_audit_dir,
+    load_events,
+)
 from statemachine_agent.agent import Agent
 from statemachine_agent.machine.ends import EXIT_CODES
 from statemachine_agent.machine.result import RunResult
@@ -25,7 +32,6 @@ from statemachine_agent.machine.result import RunResult
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from statemachine_agent.tools.base import Tool
 
 
 def console_renderer(_logger: Any, _method: str, event: dict[str, Any]) -> str:
@@ -82,42 +88,9 @@ def _text_stream(args: argparse.Namespace) -> TextIO:
     return sys.stderr if args.log_format == "json" else sys.stdout
 
 
-class UsageError(Exception):
-    """Something the user got wrong; `main` prints it as one line and exits 2."""
-
-
 def _usage_error(message: str) -> int:
     print(f"statemachine-agent: error: {message}", file=sys.stderr)
     return 2
-
-
-def _audit_dir(args: argparse.Namespace) -> Path:
-    """The audit directory, created now so that an unusable one is a usage error
-    before the run starts (and, for `run`, before any money is spent)."""
-    directory = Path(args.audit_dir)
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"cannot use --audit-dir {directory}: {exc.strerror or exc}") from exc
-    return directory
-
-
-def load_events(path: str) -> list[dict[str, Any]]:
-    """An audit file's events; a missing, unreadable or malformed file is a usage error
-    naming the file (and, for a malformed line, its number)."""
-    from statemachine_agent.audit.sink import read_events
-
-    try:
-        events = read_events(Path(path))
-    except OSError as exc:
-        raise UsageError(f"cannot read audit file {path}: {exc.strerror or exc}") from exc
-    except UnicodeDecodeError as exc:
-        raise UsageError(f"{path}: not a UTF-8 text file (byte {exc.start})") from exc
-    except ValueError as exc:
-        raise UsageError(str(exc)) from exc
-    if not events:
-        raise UsageError(f"{path}: the audit file holds no events")
-    return events
 
 
 def _write(path: str, text: str) -> None:
@@ -138,7 +111,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         raise UsageError(f"unknown scenario {args.scenario!r}; see `demo --list`")
     scenario = SCENARIOS[args.scenario]
     out = _text_stream(args)
-    audit_dir = _audit_dir(args)
+    audit_dir = ensure_audit_dir(args)
     print(f"Scenario:   {scenario.title}", file=out)
     print(f"Prompt:     {scenario.prompt}\n", file=out)
     agent = Agent(
@@ -182,7 +155,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         budget = Budget(max_iterations=args.max_iterations, max_cost_usd=args.max_cost)
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
-    audit_dir = _audit_dir(args)
+    audit_dir = ensure_audit_dir(args)
     progress = RunProgress()
     with live_status(progress, status_console()):
         # Made inside the block: on a terminal, stdout is routed above the status line.
@@ -210,17 +183,6 @@ def status_console() -> Console:
     from rich.console import Console
 
     return Console(stderr=True)
-
-
-TOOL_SETS: tuple[str, ...] = ("builtin", "none")
-"""What `run --tools` offers: the built-in tools, or none at all."""
-
-
-def builtin_tools(name: str) -> list[Tool]:
-    """The tools of a `--tools` choice."""
-    from statemachine_agent.tools.builtin import calculate, finish, get_current_time
-
-    return [get_current_time, calculate, finish] if name == "builtin" else []
 
 
 def cmd_report(args: argparse.Namespace) -> int:

@@ -10,12 +10,7 @@ import argparse
 import sys
 from typing import Any
 
-from statemachine_agent.cli import (
-    UsageError,
-    _audit_dir,
-    builtin_tools,
-    load_events,
-)
+from statemachine_agent._cli_common import UsageError, builtin_tools, ensure_audit_dir, load_events
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -54,7 +49,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
         model,
         tools=[*builtin_tools(args.tools), end_chat],
         system=args.system,
-        audit_dir=_audit_dir(args),
+        audit_dir=ensure_audit_dir(args),
     )
     print("Chat with the agent. /exit leaves; Ctrl-C cancels the current answer.")
     return repl(Conversation(agent), _read_line, sys.stdout)

@@ -105,3 +105,35 @@ class TestDemoAndDiagramAdditions:
         target = tmp_path / "machine.png"
         assert main(["diagram", "--format", "png", "-o", str(target)]) == 0
         assert target.read_bytes().startswith(b"\x89PNG")
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every module a file imports, at module level or inside a function."""
+    import ast
+
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+        elif isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+    return names
+
+
+class TestCommandModules:
+    def test_no_import_cycle_between_the_command_modules(self) -> None:
+        """`cli` imports `cli_sessions`; neither it nor their shared helpers import `cli` back."""
+        package = ROOT / "statemachine_agent"
+        assert "statemachine_agent.cli_sessions" in imported_modules(package / "cli.py")
+        for name in ("cli_sessions.py", "_cli_common.py"):
+            assert "statemachine_agent.cli" not in imported_modules(package / name), name
+        assert not {m for m in imported_modules(package / "_cli_common.py") if "cli" in m}
+
+    def test_sessions_module_imports_without_the_cli(self) -> None:
+        """Importing the `replay`/`chat` commands alone does not load the main CLI module."""
+        code = (
+            "import sys, statemachine_agent.cli_sessions\n"
+            "sys.exit('statemachine_agent.cli' in sys.modules)"
+        )
+        done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=False)
+        assert done.returncode == 0
