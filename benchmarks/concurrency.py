@@ -51,12 +51,12 @@ class CountingSink:
 
 
 def make_agent(delay: float, sink: CountingSink | None = None) -> Any:
-    from statemachine_agent import Agent
+    from statemachine_agent import Agent, Audit
 
     return Agent(
         model=common.FakeModel(common.tool_script(ITERATIONS - 1), delay=delay),
         tools=[common.lookup_tool()],
-        sinks=[sink] if sink else [],
+        audit=Audit(sinks=[sink] if sink else []),
     )
 
 

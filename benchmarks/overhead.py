@@ -9,7 +9,7 @@ divided by 51. Cases:
   (g) transitions   the same loop driving a 4-working-state `transitions.Machine` with
                     conditions, built once and fired per run like the engine does
   (b) engine        `Agent.arun`, events to the silent stdlib logger (no sink)
-  (c) engine+JSONL  the same with `audit_dir=` (one JSONL file per run)
+  (c) engine+JSONL  the same with `audit=<folder>` (one JSONL file per run)
   (d) engine+SQLite the same with `checkpointer=SQLiteCheckpointer(...)`, when it exists
   (e) LangGraph     `create_react_agent` with a fake chat model: no checkpointer,
                     `InMemorySaver`, `SqliteSaver` (sync `invoke`, its fastest path here)
@@ -351,7 +351,7 @@ def cases(tmp: Path) -> dict[str, Callable[[int], float]]:
         "b_engine": engine(),
         "b_engine_no_stall": engine(stall=None),
         "b_engine_sync_tool": engine("sync"),
-        "c_engine_jsonl": engine(audit_dir=tmp / "audit"),
+        "c_engine_jsonl": engine(audit=tmp / "audit"),
     }
     if common.persistence_ready():
         from statemachine_agent.persistence import SQLiteCheckpointer

@@ -182,7 +182,7 @@ def main() -> None:
     }
     with tempfile.TemporaryDirectory(prefix="bench-profile-") as tmp:
         profiles["c_jsonl_sink"] = profile(
-            "c", engine_runs(10, CALLS, audit_dir=Path(tmp) / "p"), 10 * ITERATIONS
+            "c", engine_runs(10, CALLS, audit=Path(tmp) / "p"), 10 * ITERATIONS
         )
         if common.persistence_ready():
             from statemachine_agent.persistence import SQLiteCheckpointer

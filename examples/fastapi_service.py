@@ -259,8 +259,8 @@ def create_app(
         tools=email_tools(outbox),
         system=SYSTEM,
         budget=Budget(max_iterations=10, max_cost_usd=0.50),
-        state_dir=state,  # checkpoints in state/runs.sqlite3
-        audit_dir=audit_dir,  # one JSONL audit file per run
+        checkpointer=state / "runs.sqlite3",  # a SQLite file: every transition
+        audit=audit_dir,  # one JSONL audit file per run, in this folder
     )
     service = Service(agent, outbox)
     checkpointer = agent.checkpointer

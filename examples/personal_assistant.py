@@ -126,7 +126,7 @@ def main(mailbox: Mailbox | None = None, review: Reviewer = approve_every_send) 
         ),
         budget=Budget(max_iterations=6),
         # Where each transition is checkpointed, so the run can be resumed. Use
-        # state_dir="state" instead to resume from another process, hours later.
+        # checkpointer="state/runs.sqlite3" instead to resume from another process, hours later.
         checkpointer=MemoryCheckpointer(),
     )
     # Without an approval policy (Agent(approval=...)), every call that needs approval

@@ -1,71 +1,139 @@
-"""statemachine-agent: an LLM agent loop as an explicit, auditable state machine."""
+"""statemachine-agent: an LLM agent loop as an explicit, auditable state machine.
 
-from statemachine_agent.agent import Agent
+Every public name is importable from here: the agent and its settings, the
+models, tools and policies, what a verifier, an approval policy, an audit sink
+or a store is written against, and the errors the API raises. The subpackages
+are implementation; `statemachine_agent.testing` (test helpers) and the engine
+adapters (`statemachine_agent.effects.dbos`, `.temporal`) are imported on their own.
+"""
+
+from typing import TYPE_CHECKING
+
+from statemachine_agent.agent import Agent, RunHandle
+from statemachine_agent.audit.config import Audit
 from statemachine_agent.audit.redact import Redactor
-from statemachine_agent.audit.sink import JsonlSink, MemorySink
-from statemachine_agent.conversation import Conversation
+from statemachine_agent.audit.sink import AuditSink, JsonlSink, MemorySink, read_events
+from statemachine_agent.conversation import Conversation, ConversationEndedError
+from statemachine_agent.effects.base import Effects
 from statemachine_agent.machine.engine import CancelToken
 from statemachine_agent.machine.result import RunResult
+from statemachine_agent.machine.resume import RunAlreadyEndedError
 from statemachine_agent.machine.run import TransitionRecord
 from statemachine_agent.models.anthropic import AnthropicModel, MissingAPIKeyError
 from statemachine_agent.models.base import Model, ModelError, ModelReply, ModelRequest, Usage
-from statemachine_agent.models.replay import ReplayModel
+from statemachine_agent.models.replay import ReplayDivergenceError, ReplayModel
 from statemachine_agent.models.scripted import ScriptedModel
-from statemachine_agent.persistence.base import MemoryCheckpointer
+from statemachine_agent.persistence.base import (
+    Checkpointer,
+    MemoryCheckpointer,
+    RunNotFoundError,
+    RunSummary,
+    load_record,
+)
+from statemachine_agent.persistence.codec import SerializationError
 from statemachine_agent.persistence.sqlite import SQLiteCheckpointer
-from statemachine_agent.policy.approval import Approve, Defer, Deny, Edit
+from statemachine_agent.policy.approval import (
+    ApprovalPolicy,
+    Approve,
+    Decision,
+    Defer,
+    Deny,
+    Edit,
+    PolicyAnswer,
+)
 from statemachine_agent.policy.budget import Budget
-from statemachine_agent.policy.pricing import Price
+from statemachine_agent.policy.context import ContextPolicy
+from statemachine_agent.policy.pricing import Price, UnknownModelPriceError
+from statemachine_agent.policy.reflection import ReflectionPolicy
+from statemachine_agent.policy.stall import StallPolicy
+from statemachine_agent.policy.verify import Claim, Verdict, Verifier, VerifyPolicy
 from statemachine_agent.tools.base import Tool, ToolCall, ToolOutcome
 from statemachine_agent.tools.builtin import calculate, end_chat, finish, get_current_time
 from statemachine_agent.tools.decorator import tool
 from statemachine_agent.tools.registry import ToolError, ToolRegistry
 
+if TYPE_CHECKING:
+    from statemachine_agent.models.openai import MissingOpenAIKeyError, OpenAIModel
+    from statemachine_agent.persistence.postgres import PostgresCheckpointer
+
+_LAZY = {
+    "MissingOpenAIKeyError": "statemachine_agent.models.openai",
+    "OpenAIModel": "statemachine_agent.models.openai",
+    "PostgresCheckpointer": "statemachine_agent.persistence.postgres",
+}
+"""Names imported on first use: their modules serve optional extras (`openai`, `postgres`)."""
+
 
 def __getattr__(name: str) -> object:
-    """`OpenAIModel` is imported on first use: it needs the optional `openai` package."""
-    if name == "OpenAIModel":
-        from statemachine_agent.models.openai import OpenAIModel
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
 
-        return OpenAIModel
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
 
 
 __all__ = [
     "Agent",
     "AnthropicModel",
+    "ApprovalPolicy",
     "Approve",
+    "Audit",
+    "AuditSink",
     "Budget",
     "CancelToken",
+    "Checkpointer",
+    "Claim",
+    "ContextPolicy",
     "Conversation",
+    "ConversationEndedError",
+    "Decision",
     "Defer",
     "Deny",
     "Edit",
+    "Effects",
     "JsonlSink",
     "MemoryCheckpointer",
     "MemorySink",
     "MissingAPIKeyError",
+    "MissingOpenAIKeyError",
     "Model",
     "ModelError",
     "ModelReply",
     "ModelRequest",
     "OpenAIModel",
+    "PolicyAnswer",
+    "PostgresCheckpointer",
     "Price",
     "Redactor",
+    "ReflectionPolicy",
+    "ReplayDivergenceError",
     "ReplayModel",
+    "RunAlreadyEndedError",
+    "RunHandle",
+    "RunNotFoundError",
     "RunResult",
+    "RunSummary",
     "SQLiteCheckpointer",
     "ScriptedModel",
+    "SerializationError",
+    "StallPolicy",
     "Tool",
     "ToolCall",
     "ToolError",
     "ToolOutcome",
     "ToolRegistry",
     "TransitionRecord",
+    "UnknownModelPriceError",
     "Usage",
+    "Verdict",
+    "Verifier",
+    "VerifyPolicy",
     "calculate",
     "end_chat",
     "finish",
     "get_current_time",
+    "load_record",
+    "read_events",
     "tool",
 ]

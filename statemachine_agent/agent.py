@@ -9,11 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
+import inspect
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from os import PathLike
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Literal
 
+from statemachine_agent.audit.config import Audit
 from statemachine_agent.audit.events import Emitter
 from statemachine_agent.audit.redact import Redactor
 from statemachine_agent.audit.sink import AuditSink, JsonlSink
@@ -33,17 +38,40 @@ from statemachine_agent.policy.approval import ApprovalPolicy, Decision
 from statemachine_agent.policy.budget import Budget
 from statemachine_agent.policy.context import ContextPolicy
 from statemachine_agent.policy.pricing import DEFAULT_PRICES, Price, PriceTable
+from statemachine_agent.policy.reflection import ReflectionPolicy
 from statemachine_agent.policy.stall import StallPolicy
-from statemachine_agent.policy.verify import Claim, Verdict
+from statemachine_agent.policy.verify import Verifier, VerifyPolicy
 from statemachine_agent.tools.base import Tool
 from statemachine_agent.tools.decorator import tool as make_tool
 from statemachine_agent.tools.registry import ToolRegistry
 
 DEFAULT_STALL = StallPolicy()
 
+Storage = Checkpointer | str | PathLike[str] | Literal[False] | None
+"""What `Agent(checkpointer=...)` takes; `resolve_checkpointer` says what each form means."""
+
 
 class Agent:
-    """An agent loop with its model, tools, limits and audit trail."""
+    """An agent loop with its model, tools, limits and audit trail.
+
+    Every setting is stored once and read through a read-only property named as
+    the constructor's parameter (`agent.system`, `agent.budget`, ...). An agent
+    never changes after it is built, so its runs cannot see a half-made change;
+    `agent.replace(system=...)` returns a new agent with the change applied.
+    """
+
+    __slots__ = (
+        "_audit",
+        "_deps",
+        "_engine",
+        "_name",
+        "_redactor",
+        "_reflection",
+        "_settings",
+        "_storage",
+        "_tools_given",
+        "_verify",
+    )
 
     def __init__(
         self,
@@ -51,28 +79,22 @@ class Agent:
         tools: Iterable[Tool | Callable[..., Any]] | ToolRegistry = (),
         system: str | None = None,
         *,
+        name: str = "agent",
         budget: Budget | None = None,
         stall: StallPolicy | None = DEFAULT_STALL,
-        reflection_interval: int | None = None,
-        critic: Model | str | None = None,
-        verifier: Callable[[Claim], Verdict | Awaitable[Verdict]] | None = None,
-        max_rejections: int = 2,
         context: ContextPolicy | None = None,
+        reflection: ReflectionPolicy | None = None,
+        verify: VerifyPolicy | Verifier | None = None,
+        approval: ApprovalPolicy | None = None,
+        checkpointer: Storage = None,
+        audit: Audit | str | PathLike[str] | None = None,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
         max_continuations: int = 0,
         fallback_models: Sequence[Model | str] = (),
-        approval: ApprovalPolicy | None = None,
-        checkpointer: Checkpointer | Literal[False] | None = None,
-        state_dir: str | Path | None = None,
-        max_tokens: int = DEFAULT_MAX_TOKENS,
-        audit_dir: str | Path | None = None,
-        sinks: Sequence[AuditSink] = (),
-        prices: Mapping[str, Price] | None = None,
-        redact: Iterable[str] = (),
-        logger: Any = None,
-        effects: Effects | None = None,
-        cache_prompt: bool = True,
         request_options: Mapping[str, Any] | None = None,
-        name: str = "agent",
+        cache_prompt: bool = True,
+        prices: Mapping[str, Price] | None = None,
+        effects: Effects | None = None,
     ) -> None:
         """
         Args:
@@ -80,92 +102,204 @@ class Agent:
                 model name, which builds an `AnthropicModel`.
             tools: `Tool`s, plain functions (wrapped with `@tool`) or a registry.
             system: the system prompt, sent (and cached) with every call.
+            name: a label, shown in `repr(agent)`.
             budget: the run's limits; defaults to `Budget()` (15 iterations).
             stall: how repetition is detected and answered (`None` switches it off).
-            reflection_interval: pass through `reflect` every N iterations.
-            critic: a model asked for a critique at each reflection (its usage is
-                charged to the budget); without one, a progress-check prompt is used.
-            verifier: checks a claimed completion; returns `Verdict(ok, feedback)`.
-            max_rejections: verifier rejections before the run ends in `failed`.
             context: context management (result size, compaction, caching).
-            max_continuations: times a text reply cut at max_tokens is continued.
-            fallback_models: tried in order on overload or rate limit.
+            reflection: pass through `reflect` every N model calls, optionally with a
+                critic model (`ReflectionPolicy(interval, critic=...)`).
+            verify: checks a claimed completion: a `VerifyPolicy(verifier,
+                max_rejections=2)`, or just the verifier (a callable returning `Verdict`).
             approval: decides on calls of tools with `requires_approval=True`
                 (`Approve`, `Deny`, `Edit` or `Defer`); without one they are deferred.
             checkpointer: where each transition is checkpointed, so `resume` works;
-                `False` for none at all (not even the in-memory one an agent with
-                approval tools otherwise gets), e.g. when a durable engine records runs.
-            state_dir: a folder for the default store (`<state_dir>/runs.sqlite3`).
-            audit_dir: when given, each run's events go to `<audit_dir>/<run_id>.jsonl`.
-            sinks: further audit sinks that receive every event of every run.
-            prices: per-model prices, merged over the documented defaults.
-            redact: extra event keys whose values are never written.
-            logger: a structlog logger; by default the application's structlog
-                pipeline if configured, else the stdlib `statemachine_agent` logger.
-            effects: how effects run (in-process unless a durable engine is used).
+                see `resolve_checkpointer` for the forms and the default.
+            audit: where the events go: an `Audit(dir, sinks, redact, logger)`, or a
+                folder (`Audit(dir=folder)`: each run to `<folder>/<run_id>.jsonl`).
+            max_tokens: the output limit of each model call of the loop.
+            max_continuations: times a text reply cut at max_tokens is continued.
+            fallback_models: tried in order on overload or rate limit.
             request_options: further Messages API parameters (temperature, ...).
+            cache_prompt: put `cache_control` breakpoints on the prompt.
+            prices: per-model prices, merged over the documented defaults.
+            effects: how effects run (in-process unless a durable engine is used).
         """
         model = _model(model)
-        fallbacks = [_model(m) for m in fallback_models]
-        critic_model = _model(critic) if critic is not None else None
-        self.name = name
-        self.model = model
-        self.context = context or ContextPolicy()
-        self.tools = (
+        fallbacks = tuple(_model(m) for m in fallback_models)
+        if reflection is not None and isinstance(reflection.critic, str):
+            reflection = dataclasses.replace(reflection, critic=_model(reflection.critic))
+        critic = _model(reflection.critic) if reflection and reflection.critic else None
+        if verify is not None and not isinstance(verify, VerifyPolicy):
+            verify = VerifyPolicy(verify)
+        if not isinstance(audit, Audit):
+            audit = Audit(dir=audit)
+        context = context or ContextPolicy()
+        self._name = name
+        self._reflection = reflection
+        self._verify = verify
+        self._audit = audit
+        self._tools_given: ToolRegistry | tuple[Tool, ...] = (
+            tools if isinstance(tools, ToolRegistry) else tuple(_as_tool(t) for t in tools)
+        )
+        registry = (
             tools
             if isinstance(tools, ToolRegistry)
-            else _registry(tools, self.context.max_tool_result_chars)
+            else _registry(self._tools_given, context.max_tool_result_chars)
         )
-        self.system = system
-        self.budget = budget or Budget()
-        self.settings = RunSettings(
-            budget=self.budget,
+        budget = budget or Budget()
+        settings = RunSettings(
+            budget=budget,
             stall=stall,
-            context=self.context,
-            reflection_interval=reflection_interval,
-            has_critic=critic_model is not None,
-            has_verifier=verifier is not None,
-            max_rejections=max_rejections,
+            context=context,
+            reflection_interval=reflection.interval if reflection is not None else None,
+            has_critic=critic is not None,
             max_continuations=max_continuations,
         )
-        if checkpointer is None and state_dir is not None:
-            checkpointer = SQLiteCheckpointer(Path(state_dir) / "runs.sqlite3")
-        in_process = effects is None or isinstance(effects, InProcessEffects)
-        if checkpointer is None and in_process and any(t.requires_approval for t in self.tools):
-            # A run paused for approval must be resumable: in this process at least.
-            # (On a durable engine, supplying its own effects, the engine records runs.)
-            checkpointer = MemoryCheckpointer()
-        self.checkpointer: Checkpointer | None = checkpointer or None
-        self.audit_dir = Path(audit_dir) if audit_dir is not None else None
-        self.sinks = list(sinks)
-        self.prices = PriceTable({**DEFAULT_PRICES, **(prices or {})})
-        if self.budget.max_cost_usd is not None:
-            for priced in (model, *fallbacks, *([critic_model] if critic_model else [])):
-                self.prices.require(priced.name)
-        keyed = (model, *fallbacks, *([critic_model] if critic_model else []))
+        if verify is not None:
+            settings = dataclasses.replace(
+                settings, has_verifier=True, max_rejections=verify.max_rejections
+            )
+        self._settings = settings
+        effects = effects or InProcessEffects()
+        self._storage: Storage = _storage_option(checkpointer)
+        store = resolve_checkpointer(self._storage, tools=registry, effects=effects)
+        price_table = PriceTable({**DEFAULT_PRICES, **(prices or {})})
+        keyed = (model, *fallbacks, *([critic] if critic else []))
+        if budget.max_cost_usd is not None:
+            for priced in keyed:
+                price_table.require(priced.name)
         secrets = [getattr(m, "api_key", None) or "" for m in keyed]
-        self.redactor = Redactor(secrets=secrets, keys=redact)
-        self.logger = logger
+        self._redactor = Redactor(secrets=secrets, keys=audit.redact)
         self._deps = AgentDeps(
             model=model,
-            tools=self.tools,
-            effects=effects or InProcessEffects(),
-            prices=self.prices,
+            tools=registry,
+            effects=effects,
+            prices=price_table,
             system=system,
             max_tokens=max_tokens,
             cache_prompt=cache_prompt,
-            request_options=dict(request_options or {}),
-            context=self.context,
-            fallback_models=tuple(fallbacks),
-            critic=critic_model,
-            verifier=verifier,
+            request_options=MappingProxyType(dict(request_options or {})),
+            context=context,
+            fallback_models=fallbacks,
+            critic=critic,
+            verifier=verify.verifier if verify is not None else None,
             approval=approval,
-            checkpointer=self.checkpointer,
+            checkpointer=store,
         )
         self._engine = Engine()
 
     def __repr__(self) -> str:
         return f"<Agent {self.name} model={self.model.name} tools={list(self.tools.names)}>"
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if not name.startswith("_"):
+            raise AttributeError(_read_only(name))
+        object.__setattr__(self, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(_read_only(name))
+
+    def replace(self, **changes: Any) -> Agent:
+        """A new agent with `changes` applied to this one's settings (like
+        `dataclasses.replace`); this agent is left as it was.
+
+        Unchanged settings are shared, not copied: the same model, tool registry,
+        sinks and checkpointer (so the new agent can resume this one's runs).
+        Unknown names raise `TypeError`, naming them.
+        """
+        unknown = sorted(set(changes) - set(SETTINGS))
+        if unknown:
+            raise TypeError(
+                f"Agent.replace() got unknown setting(s): {', '.join(unknown)}; "
+                f"the settings are: {', '.join(SETTINGS)}"
+            )
+        current: dict[str, Any] = {name: getattr(self, name) for name in SETTINGS}
+        current["tools"] = self._tools_given  # re-registered, so a new `context` applies
+        if self.checkpointer is not None:  # the store in use, even a default in-memory one
+            current["checkpointer"] = self.checkpointer
+        else:  # none in use: `False` stays off, the default stays the default
+            current["checkpointer"] = self._storage
+        return Agent(**{**current, **changes})
+
+    @property
+    def model(self) -> Model:
+        """The model of the loop (a model name given was built into an `AnthropicModel`)."""
+        return self._deps.model
+
+    @property
+    def tools(self) -> ToolRegistry:
+        """The tool registry the agent's runs call."""
+        return self._deps.tools
+
+    @property
+    def system(self) -> str | None:
+        """The system prompt."""
+        return self._deps.system
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def budget(self) -> Budget:
+        return self._settings.budget
+
+    @property
+    def stall(self) -> StallPolicy | None:
+        return self._settings.stall
+
+    @property
+    def context(self) -> ContextPolicy:
+        return self._settings.context
+
+    @property
+    def reflection(self) -> ReflectionPolicy | None:
+        """The reflection policy, its critic (if any) a `Model`."""
+        return self._reflection
+
+    @property
+    def verify(self) -> VerifyPolicy | None:
+        """The verification policy (a bare verifier given is wrapped in one)."""
+        return self._verify
+
+    @property
+    def approval(self) -> ApprovalPolicy | None:
+        return self._deps.approval
+
+    @property
+    def checkpointer(self) -> Checkpointer | None:
+        """The store the agent's runs are checkpointed to, if any (see `resolve_checkpointer`)."""
+        return self._deps.checkpointer
+
+    @property
+    def audit(self) -> Audit:
+        return self._audit
+
+    @property
+    def max_tokens(self) -> int:
+        return self._deps.max_tokens
+
+    @property
+    def max_continuations(self) -> int:
+        return self._settings.max_continuations
+
+    @property
+    def fallback_models(self) -> tuple[Model, ...]:
+        return tuple(self._deps.fallback_models)
+
+    @property
+    def request_options(self) -> Mapping[str, Any]:
+        """The extra request parameters, as a read-only mapping."""
+        return self._deps.request_options
+
+    @property
+    def cache_prompt(self) -> bool:
+        return self._deps.cache_prompt
+
+    @property
+    def prices(self) -> Mapping[str, Price]:
+        """Every model's price: the defaults with the agent's own merged over them."""
+        return self._deps.prices.prices
 
     @property
     def effects(self) -> Effects:
@@ -215,7 +349,7 @@ class Agent:
             raise ValueError(f"run id {run_id!r} is already stored; resume it or use a new id")
         record = RunRecord(
             run_id=run_id,
-            settings=self.settings,
+            settings=self._settings,
             model_name=self.model.name,
             messages=with_prompt(history, prompt),
             turn=1 + sum(1 for m in history if _is_user_prompt(m)),
@@ -262,7 +396,10 @@ class Agent:
         was cancelled. Recorded tool results are never executed again.
         """
         if self.checkpointer is None:
-            raise ValueError("resume needs a checkpointer: Agent(checkpointer=...) or state_dir=")
+            raise ValueError(
+                "resume needs a checkpointer: Agent(checkpointer=<a Checkpointer or a "
+                "SQLite file path>)"
+            )
         record = load_record(self.checkpointer, run_id)
         writer = CheckpointWriter.resumed(record)  # before the record is set up to go on,
         prepare_resume(record, decisions or {})  # so that setup is checkpointed too
@@ -280,13 +417,15 @@ class Agent:
         if deadline is not None:
             cancel = cancel or CancelToken()
             cancel.cancel_after(deadline)
-        sinks: list[AuditSink] = list(self.sinks)
+        audit = self._audit
+        sinks: list[AuditSink] = list(audit.sinks)
         own: JsonlSink | None = None
-        if self.audit_dir is not None:
-            record.audit_path = self.audit_dir / f"{record.run_id}.jsonl"
-            own = JsonlSink(record.audit_path)
+        run_file = audit.run_file(record.run_id)
+        if run_file is not None:
+            record.audit_path = run_file
+            own = JsonlSink(run_file)
             sinks.append(own)
-        emitter = Emitter(record.run_id, sinks=sinks, redactor=self.redactor, logger=self.logger)
+        emitter = Emitter(record.run_id, sinks=sinks, redactor=self._redactor, logger=audit.logger)
         ctx = PhaseContext(state=record, deps=self._deps, emitter=emitter)
         ctx.writer = writer
         try:
@@ -363,11 +502,82 @@ def _model(model: Model | str) -> Model:
     return model
 
 
-def _registry(tools: Iterable[Tool | Callable[..., Any]], max_result_chars: int) -> ToolRegistry:
+def _as_tool(item: Tool | Callable[..., Any]) -> Tool:
+    return item if isinstance(item, Tool) else make_tool(item)
+
+
+def _registry(tools: Iterable[Tool], max_result_chars: int) -> ToolRegistry:
     registry = ToolRegistry(max_result_chars=max_result_chars)
     for item in tools:
-        registry.register(item if isinstance(item, Tool) else make_tool(item))
+        registry.register(item)
     return registry
+
+
+def _storage_option(checkpointer: Storage) -> Storage:
+    """The `checkpointer=` argument checked, a path opened as its SQLite store."""
+    if checkpointer is None or checkpointer is False:
+        return checkpointer
+    if isinstance(checkpointer, bool):
+        raise TypeError(
+            "checkpointer=True names no store: pass a Checkpointer, a SQLite file path, "
+            "or False for none"
+        )
+    if isinstance(checkpointer, str | PathLike):
+        path = Path(checkpointer)
+        if path.is_dir():
+            raise ValueError(
+                f"checkpointer={str(path)!r} is a folder; name the SQLite file, "
+                f"e.g. checkpointer={str(path / 'runs.sqlite3')!r}"
+            )
+        return SQLiteCheckpointer(path)
+    missing = [m for m in ("append", "bodies", "runs", "close") if not hasattr(checkpointer, m)]
+    if missing:
+        raise TypeError(
+            f"checkpointer={checkpointer!r} is not a Checkpointer (it lacks "
+            f"{', '.join(missing)}); pass a Checkpointer, a SQLite file path, or False"
+        )
+    return checkpointer
+
+
+def resolve_checkpointer(
+    checkpointer: Storage, *, tools: ToolRegistry, effects: Effects
+) -> Checkpointer | None:
+    """The store an agent's runs are checkpointed to, from its `checkpointer=` argument.
+
+    This is the one place that says what the argument means:
+
+    - a `Checkpointer` (`SQLiteCheckpointer`, `PostgresCheckpointer`,
+      `MemoryCheckpointer`, your own): that store;
+    - a path (`str` or `Path`): a `SQLiteCheckpointer` in that file, created with its
+      folders if missing (`checkpointer="state/runs.sqlite3"`);
+    - `False`: no store at all, e.g. when a durable engine records the runs;
+    - `None`, the default: no store, except for an agent with tools that require
+      approval and in-process effects, which gets a `MemoryCheckpointer` so that a run
+      paused for approval can be resumed in this process.
+    """
+    if checkpointer is False:
+        return None
+    if checkpointer is not None:
+        return _storage_option(checkpointer)  # type: ignore[return-value]
+    in_process = isinstance(effects, InProcessEffects)
+    if in_process and any(t.requires_approval for t in tools):
+        return MemoryCheckpointer()
+    return None
+
+
+def _read_only(name: str) -> str:
+    if name in SETTINGS:
+        return (
+            f"Agent.{name} is read-only: agent.replace({name}=...) returns an agent with it changed"
+        )
+    return (
+        f"Agent has no setting {name!r} (and its settings are read-only; "
+        f"agent.replace(...) takes: {', '.join(SETTINGS)})"
+    )
+
+
+SETTINGS: tuple[str, ...] = tuple(inspect.signature(Agent.__init__).parameters)[1:]
+"""The agent's settings: its constructor's parameters, each a read-only property."""
 
 
 def _is_user_prompt(message: Mapping[str, Any]) -> bool:

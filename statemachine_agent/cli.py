@@ -26,12 +26,12 @@ from statemachine_agent._cli_common import (
     load_events,
 )
 from statemachine_agent.agent import Agent
+from statemachine_agent.audit.config import Audit
 from statemachine_agent.machine.ends import EXIT_CODES
 from statemachine_agent.machine.result import RunResult
 
 if TYPE_CHECKING:
     from rich.console import Console
-
 
 
 def console_renderer(_logger: Any, _method: str, event: dict[str, Any]) -> str:
@@ -118,8 +118,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         scenario.model(),
         tools=scenario.tools(),
         system=scenario.system,
-        audit_dir=audit_dir,
-        logger=make_logger(args.log_format, sys.stdout),
+        audit=Audit(dir=audit_dir, logger=make_logger(args.log_format, sys.stdout)),
         **scenario.options(),
     )
     result = agent.run(scenario.prompt)
@@ -166,9 +165,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 tools=builtin_tools(args.tools),
                 system=args.system,
                 budget=budget,
-                audit_dir=audit_dir,
-                sinks=[progress],
-                logger=logger,
+                audit=Audit(dir=audit_dir, sinks=[progress], logger=logger),
             )
         except UnknownModelPriceError as exc:
             raise UsageError(f"--max-cost: {exc.args[0]}") from exc

@@ -49,7 +49,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
         model,
         tools=[*builtin_tools(args.tools), end_chat],
         system=args.system,
-        audit_dir=ensure_audit_dir(args),
+        audit=ensure_audit_dir(args),
     )
     print("Chat with the agent. /exit leaves; Ctrl-C cancels the current answer.")
     return repl(Conversation(agent), _read_line, sys.stdout)

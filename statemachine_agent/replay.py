@@ -23,7 +23,8 @@ from statemachine_agent.models.base import Model, ModelReply, ModelRequest
 from statemachine_agent.models.replay import ReplayDivergenceError, ReplayModel
 from statemachine_agent.persistence.codec import from_plain
 from statemachine_agent.policy.approval import Approve, Defer, Deny, PolicyAnswer
-from statemachine_agent.policy.verify import Claim, Verdict
+from statemachine_agent.policy.reflection import ReflectionPolicy
+from statemachine_agent.policy.verify import Claim, Verdict, VerifyPolicy
 from statemachine_agent.tools.base import Tool, ToolCall, ToolOutcome
 from statemachine_agent.tools.registry import ToolRegistry
 
@@ -120,6 +121,16 @@ def _stub_tools(started: Mapping[str, Any]) -> ToolRegistry:
     return registry
 
 
+def _reflection(
+    settings: RunSettings, events: Sequence[Mapping[str, Any]]
+) -> ReflectionPolicy | None:
+    """The recorded run's reflection, its critic (if it had one) answering from the record."""
+    if settings.reflection_interval is None:
+        return None
+    critic = ReplayModel(events, purpose="critic") if settings.has_critic else None
+    return ReflectionPolicy(settings.reflection_interval, critic=critic)
+
+
 def _recorded_verdicts(events: Sequence[Mapping[str, Any]]) -> Callable[[Claim], Verdict]:
     verdicts = iter([e for e in events if e["event"] == "verify.checked"])
 
@@ -168,10 +179,12 @@ def replay(audit: str | Path) -> ReplayReport:
         budget=settings.budget,
         stall=settings.stall,
         context=settings.context,
-        reflection_interval=settings.reflection_interval,
-        critic=ReplayModel(events, purpose="critic") if settings.has_critic else None,
-        verifier=_recorded_verdicts(events) if settings.has_verifier else None,
-        max_rejections=settings.max_rejections,
+        reflection=_reflection(settings, events),
+        verify=(
+            VerifyPolicy(_recorded_verdicts(events), max_rejections=settings.max_rejections)
+            if settings.has_verifier
+            else None
+        ),
         max_continuations=settings.max_continuations,
         approval=_recorded_approvals(events),
         effects=effects,

@@ -11,11 +11,13 @@ import pytest
 
 from statemachine_agent import (
     Agent,
+    Audit,
     Budget,
     CancelToken,
     ModelError,
     ModelReply,
     ModelRequest,
+    ReflectionPolicy,
     ScriptedModel,
     calculate,
     finish,
@@ -372,9 +374,9 @@ def _feature_agent(script: list[Any], sink: Any, **options: Any) -> Agent:
     from statemachine_agent.policy.verify import Verdict
 
     defaults: dict[str, Any] = {
-        "reflection_interval": 1,
-        "verifier": lambda claim: Verdict(ok=True),
-        "sinks": [sink],
+        "reflection": ReflectionPolicy(1),
+        "verify": lambda claim: Verdict(ok=True),
+        "audit": Audit(sinks=[sink]),
     }
     return Agent(ScriptedModel(script), tools=[calculate], **{**defaults, **options})
 
@@ -417,7 +419,7 @@ class TestCancellationAtEveryState:
                 "intervened",
                 "transition.fired",
                 STALLING,
-                {"reflection_interval": None},
+                {"reflection": None},
             ),
             (
                 "reflect",
@@ -440,7 +442,7 @@ class TestCancellationAtEveryState:
         if state == "perceive":
             sink = CancelOn(token, "transition.fired", "perceive")
             script = [replies.tool_use("calculate", {"expression": "1"}), replies.text("x")]
-            options = {"reflection_interval": None}
+            options = {"reflection": None}
         result = _feature_agent(script, sink, **options).run("q", cancel=token)
         assert_end_state(result, "cancelled")
         assert_fired(result, state, trigger, "cancelled", via=["cancel_requested"])
@@ -454,7 +456,7 @@ class TestCrashAtEveryState:
         [
             ("perceive", "perceive.Perceive", [replies.text("x")], {}),
             ("act", "act.Act", [replies.tool_use("calculate", {"expression": "1"})], {}),
-            ("intervene", "intervene.Intervene", STALLING, {"reflection_interval": None}),
+            ("intervene", "intervene.Intervene", STALLING, {"reflection": None}),
             (
                 "reflect",
                 "reflect.Reflect",

@@ -142,9 +142,7 @@ class TestSecrets:
             return f"key is {API_KEY}"
 
         server.add(replies.tool_use("leak", {"text": API_KEY}), replies.text(f"I saw {API_KEY}"))
-        result = Agent(model_for(server), tools=[leak], audit_dir=tmp_path).run(
-            f"my key is {API_KEY}"
-        )
+        result = Agent(model_for(server), tools=[leak], audit=tmp_path).run(f"my key is {API_KEY}")
         assert result.audit_path is not None
         raw = result.audit_path.read_text()
         assert API_KEY not in raw

@@ -95,7 +95,7 @@ class TestSinks:
                 [replies.tool_use("calculate", {"expression": "1+1"}), replies.text("2")]
             ),
             tools=[calculate],
-            audit_dir=tmp_path,
+            audit=tmp_path,
         ).run("q")
         assert result.audit_path == tmp_path / f"{result.run_id}.jsonl"
         events = read_events(result.audit_path)

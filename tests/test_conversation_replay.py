@@ -14,6 +14,7 @@ from statemachine_agent import (
     Approve,
     Budget,
     Conversation,
+    ReflectionPolicy,
     ReplayModel,
     ScriptedModel,
     SQLiteCheckpointer,
@@ -142,7 +143,7 @@ def recorded(tmp_path: Path) -> Path:
     """An audit file of the stall demo (stall, intervention, answer)."""
     scenario = SCENARIOS["stall"]
     agent = Agent(scenario.model(), tools=scenario.tools(), system=scenario.system,
-                  audit_dir=tmp_path, **scenario.options())  # fmt: skip
+                  audit=tmp_path, **scenario.options())  # fmt: skip
     result = agent.run(scenario.prompt)
     assert result.audit_path is not None
     return result.audit_path
@@ -154,7 +155,7 @@ class TestReplay:
         """Each demo's audit file replays to the same transitions and guard verdicts."""
         scenario = SCENARIOS[name]
         agent = Agent(scenario.model(), tools=scenario.tools(), system=scenario.system,
-                      audit_dir=tmp_path, **scenario.options())  # fmt: skip
+                      audit=tmp_path, **scenario.options())  # fmt: skip
         original = agent.run(scenario.prompt)
         assert original.audit_path is not None
         report = replay(original.audit_path)
@@ -172,9 +173,10 @@ class TestReplay:
             *[replies.tool_use("calculate", {"expression": f"{i}+1"}) for i in range(3)],
             replies.text("42"),
         ]
-        agent = Agent(ScriptedModel(script), tools=[calculate], audit_dir=tmp_path,
-                      verifier=lambda c: Verdict("42" in c.text, "need 42"),
-                      budget=Budget(max_calls_per_tool=2), reflection_interval=2)  # fmt: skip
+        agent = Agent(ScriptedModel(script), tools=[calculate], audit=tmp_path,
+                      verify=lambda c: Verdict("42" in c.text, "need 42"),
+                      budget=Budget(max_calls_per_tool=2),
+                      reflection=ReflectionPolicy(2))  # fmt: skip
         original = agent.run("q")
         assert original.audit_path is not None
         report = replay(original.audit_path)

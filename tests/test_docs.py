@@ -228,7 +228,7 @@ class TestExamples:
         from statemachine_agent import Agent, ScriptedModel
         from statemachine_agent.testing import replies
 
-        result = Agent(ScriptedModel([replies.text("Hi.")]), audit_dir=tmp_path).run("Hello")
+        result = Agent(ScriptedModel([replies.text("Hi.")]), audit=tmp_path).run("Hello")
         (code,) = python_blocks(DOCS / "events.md")
         namespace = run_block(code, "docs/events.md")
         assert result.audit_path is not None
@@ -298,6 +298,9 @@ class TestConfigurationReference:
             ("## `Budget`", "statemachine_agent.policy.budget.Budget"),
             ("## `StallPolicy`", "statemachine_agent.policy.stall.StallPolicy"),
             ("## `ContextPolicy`", "statemachine_agent.policy.context.ContextPolicy"),
+            ("## `ReflectionPolicy`", "statemachine_agent.policy.reflection.ReflectionPolicy"),
+            ("## `VerifyPolicy`", "statemachine_agent.policy.verify.VerifyPolicy"),
+            ("## `Audit`", "statemachine_agent.audit.config.Audit"),
             ("## Pricing", "statemachine_agent.policy.pricing.Price"),
             ("## Tools", "statemachine_agent.tools.base.Tool"),
         ],

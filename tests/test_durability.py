@@ -16,9 +16,11 @@ from hypothesis import strategies as st
 from statemachine_agent import (
     Agent,
     Approve,
+    Audit,
     CancelToken,
     Deny,
     Edit,
+    ReflectionPolicy,
     ScriptedModel,
     SQLiteCheckpointer,
     calculate,
@@ -89,7 +91,7 @@ class TestRoundTrip:
                 ScriptedModel(script),
                 tools=[calculate],
                 checkpointer=store,
-                reflection_interval=reflect,
+                reflection=ReflectionPolicy(reflect) if reflect else None,
                 max_continuations=1,
             ).run("q", run_id="r")
         finally:
@@ -418,7 +420,7 @@ class TestResumeBookkeeping:
             def close(self) -> None:
                 return None
 
-        agent.sinks.append(Peek())
+        agent = agent.replace(audit=Audit(sinks=[*agent.audit.sinks, Peek()]))
         agent.resume("m", decisions={"toolu_mail": Approve()})
         assert seen == ["act"]
 
@@ -467,7 +469,7 @@ class TestResumeBookkeeping:
             tools=[step],
             checkpointer=store,
             budget=Budget(max_calls_per_tool=2),
-            sinks=[CrashAfterFirst()],
+            audit=Audit(sinks=[CrashAfterFirst()]),
         )
         with pytest.raises(KeyboardInterrupt):
             agent.run("go", run_id="limit")

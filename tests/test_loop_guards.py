@@ -4,7 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from statemachine_agent import Agent, ModelError, ScriptedModel, Tool, calculate, finish, tool
+from statemachine_agent import (
+    Agent,
+    Audit,
+    ModelError,
+    ReflectionPolicy,
+    ScriptedModel,
+    Tool,
+    VerifyPolicy,
+    calculate,
+    finish,
+    tool,
+)
 from statemachine_agent.audit.sink import MemorySink
 from statemachine_agent.policy.context import ContextPolicy
 from statemachine_agent.policy.stall import StallPolicy
@@ -94,7 +105,7 @@ class TestReflection:
         """With interval 2 the run reflects after iterations 2 and 4, after the tool results."""
         script = [replies.tool_use("calculate", {"expression": f"{i}*2"}) for i in range(4)]
         model = ScriptedModel([*script, replies.text("done")])
-        result = Agent(model, tools=[calculate], reflection_interval=2).run("q")
+        result = Agent(model, tools=[calculate], reflection=ReflectionPolicy(2)).run("q")
         assert path(result).count("reflect") == 2
         reflected = model.requests[2].messages[-1]
         assert reflected["content"][0]["type"] == "tool_result"
@@ -108,7 +119,9 @@ class TestReflection:
         )
         script = [replies.tool_use("calculate", {"expression": "2*2"}), replies.text("4")]
         model = ScriptedModel(script)
-        result = Agent(model, tools=[calculate], reflection_interval=1, critic=critic).run("q")
+        result = Agent(model, tools=[calculate], reflection=ReflectionPolicy(1, critic=critic)).run(
+            "q"
+        )
         assert "just answer" in texts_of(model.requests[1].messages[-1])[0]
         assert critic.requests[0].messages[0]["content"].startswith("user: q")
         assert result.usage.input_tokens == 1020
@@ -125,7 +138,7 @@ class TestVerifier:
             return Verdict(ok="42" in claim.text, feedback="the answer must be a number")
 
         model = ScriptedModel([replies.text("about forty"), replies.text("42")])
-        result = Agent(model, verifier=check).run("6*7?")
+        result = Agent(model, verify=check).run("6*7?")
         assert seen == ["about forty", "42"]
         assert_end_state(result, "completed")
         assert "the answer must be a number" in texts_of(model.requests[1].messages[-1])[0]
@@ -138,14 +151,14 @@ class TestVerifier:
             return Verdict(ok=claim.data["result"] == 3)
 
         done = replies.tool_use("finish", {"status": "completed", "summary": "s", "result": 3})
-        result = Agent(ScriptedModel([done]), tools=[finish], verifier=check).run("q")
+        result = Agent(ScriptedModel([done]), tools=[finish], verify=check).run("q")
         assert_fired(result, "verify", "verified", "finished")
 
     def test_finish_with_failed_status_is_not_a_claim(self) -> None:
         """finish(status='failed') ends at once: there is nothing to verify."""
         done = replies.tool_use("finish", {"status": "failed", "summary": "no access"})
         result = Agent(
-            ScriptedModel([done]), tools=[finish], verifier=lambda c: Verdict(ok=False)
+            ScriptedModel([done]), tools=[finish], verify=lambda c: Verdict(ok=False)
         ).run("q")
         assert_end_state(result, "finished")
         assert_not_fired(result, "observe", "observed", "verify")
@@ -154,7 +167,7 @@ class TestVerifier:
         """Past max_rejections the run fails, citing the verifier."""
         model = ScriptedModel([replies.text(f"try {i}") for i in range(5)])
         result = Agent(
-            model, verifier=lambda c: Verdict(False, "tests fail"), max_rejections=1
+            model, verify=VerifyPolicy(lambda c: Verdict(False, "tests fail"), max_rejections=1)
         ).run("q")
         assert_fired(result, "verify", "verified", "failed")
         assert "rejected the result 2 times; last: tests fail" in result.reason
@@ -166,7 +179,7 @@ class TestVerifier:
             raise RuntimeError("no test runner")
 
         model = ScriptedModel([replies.text("a"), replies.text("b"), replies.text("c")])
-        result = Agent(model, verifier=broken, max_rejections=0).run("q")
+        result = Agent(model, verify=VerifyPolicy(broken, max_rejections=0)).run("q")
         assert_end_state(result, "failed")
         assert "no test runner" in result.reason
 
@@ -198,7 +211,7 @@ class TestContext:
         model = ScriptedModel([*script, replies.text("done")])
         sink = MemorySink()
         policy = ContextPolicy(compact_at_tokens=500, keep_tool_results=1)
-        result = Agent(model, tools=[page], context=policy, sinks=[sink]).run("q")
+        result = Agent(model, tools=[page], context=policy, audit=Audit(sinks=[sink])).run("q")
         assert_end_state(result, "completed")
         last = model.requests[-1].messages
         results = [
@@ -275,7 +288,7 @@ class TestFallbacks:
             [replies.text("from haiku", model="claude-haiku-4-5")], name="claude-haiku-4-5"
         )
         sink = MemorySink()
-        result = Agent(primary, fallback_models=[backup], sinks=[sink]).run("q")
+        result = Agent(primary, fallback_models=[backup], audit=Audit(sinks=[sink])).run("q")
         assert result.text == "from haiku"
         assert backup.requests[0].model == "claude-haiku-4-5"
         (event,) = [e for e in sink.events if e["event"] == "model.fallback"]
@@ -331,6 +344,6 @@ class TestGuardOrder:
     def test_stall_beats_reflection(self) -> None:
         """When a stall and a due reflection coincide, the intervention comes first."""
         model = ScriptedModel([*same_search(3), replies.text("x")])
-        result = Agent(model, tools=[search], reflection_interval=3).run("q")
+        result = Agent(model, tools=[search], reflection=ReflectionPolicy(3)).run("q")
         assert_fired(result, "observe", "observed", "intervene")
         assert_not_fired(result, "observe", "observed", "reflect")

@@ -375,7 +375,7 @@ class TestConfiguration:
     ) -> None:
         """Even a reply that repeats the key cannot write it to the audit trail."""
         server.add(chat_text(f"I saw {API_KEY}"))
-        result = Agent(model_for(server), audit_dir=tmp_path).run(f"my key is {API_KEY}")
+        result = Agent(model_for(server), audit=tmp_path).run(f"my key is {API_KEY}")
         assert result.audit_path is not None
         raw = result.audit_path.read_text()
         assert API_KEY not in raw

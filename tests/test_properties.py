@@ -13,7 +13,16 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from statemachine_agent import Agent, Budget, ModelError, ScriptedModel, calculate, finish, tool
+from statemachine_agent import (
+    Agent,
+    Budget,
+    ModelError,
+    ReflectionPolicy,
+    ScriptedModel,
+    calculate,
+    finish,
+    tool,
+)
 from statemachine_agent.machine.table import END_STATES, RESERVED_STATES, ROWS
 from statemachine_agent.policy.context import ContextPolicy
 from statemachine_agent.policy.stall import StallPolicy
@@ -77,9 +86,9 @@ def script_entry(draw: st.DrawFn) -> Any:
 features = st.fixed_dictionaries(
     {},
     optional={
-        "reflection_interval": st.integers(1, 3),
+        "reflection": st.integers(1, 3).map(ReflectionPolicy),
         "max_continuations": st.integers(0, 2),
-        "verifier": st.sampled_from(
+        "verify": st.sampled_from(
             [lambda c: Verdict(ok=True), lambda c: Verdict(ok=False, feedback="no")]
         ),
         "stall": st.sampled_from([None, StallPolicy(threshold=2, max_interventions=1)]),

@@ -7,6 +7,10 @@ export lists are pinned here: a change to them has to be a deliberate one.
 from __future__ import annotations
 
 import importlib
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -25,8 +29,106 @@ REQUIRED = {
     "calculate",
     "get_current_time",
     "finish",
+    # what a verifier, a policy or a store is written against (issue #10)
+    "Verdict",
+    "Claim",
+    "VerifyPolicy",
+    "ContextPolicy",
+    "StallPolicy",
+    "ApprovalPolicy",
+    "ReflectionPolicy",
+    "Audit",
+    "Checkpointer",
+    "PostgresCheckpointer",
+    "RunAlreadyEndedError",
+    "RunNotFoundError",
+    "SerializationError",
 }
 """The names the README and the design promise; more may be exported, none of these dropped."""
+
+EXPORTED = [
+    "Agent",
+    "AnthropicModel",
+    "ApprovalPolicy",
+    "Approve",
+    "Audit",
+    "AuditSink",
+    "Budget",
+    "CancelToken",
+    "Checkpointer",
+    "Claim",
+    "ContextPolicy",
+    "Conversation",
+    "ConversationEndedError",
+    "Decision",
+    "Defer",
+    "Deny",
+    "Edit",
+    "Effects",
+    "JsonlSink",
+    "MemoryCheckpointer",
+    "MemorySink",
+    "MissingAPIKeyError",
+    "MissingOpenAIKeyError",
+    "Model",
+    "ModelError",
+    "ModelReply",
+    "ModelRequest",
+    "OpenAIModel",
+    "PolicyAnswer",
+    "PostgresCheckpointer",
+    "Price",
+    "Redactor",
+    "ReflectionPolicy",
+    "ReplayDivergenceError",
+    "ReplayModel",
+    "RunAlreadyEndedError",
+    "RunHandle",
+    "RunNotFoundError",
+    "RunResult",
+    "RunSummary",
+    "SQLiteCheckpointer",
+    "ScriptedModel",
+    "SerializationError",
+    "StallPolicy",
+    "Tool",
+    "ToolCall",
+    "ToolError",
+    "ToolOutcome",
+    "ToolRegistry",
+    "TransitionRecord",
+    "UnknownModelPriceError",
+    "Usage",
+    "Verdict",
+    "Verifier",
+    "VerifyPolicy",
+    "calculate",
+    "end_chat",
+    "finish",
+    "get_current_time",
+    "load_record",
+    "read_events",
+    "tool",
+]
+"""The whole public surface, pinned: adding or removing a name means changing this list."""
+
+LAZY = {
+    "OpenAIModel": ("statemachine_agent.models.openai", "openai"),
+    "MissingOpenAIKeyError": ("statemachine_agent.models.openai", "openai"),
+    "PostgresCheckpointer": ("statemachine_agent.persistence.postgres", "psycopg"),
+}
+"""Names whose modules serve an optional extra: name -> (module, the extra's package)."""
+
+ROOT = Path(__file__).resolve().parent.parent
+
+PUBLIC_MODULES = {
+    "statemachine_agent",
+    "statemachine_agent.testing",
+    "statemachine_agent.effects",  # the engine adapters: `from ... import dbos, temporal`
+    "statemachine_agent.scale",
+    "statemachine_agent.replay",
+}
+"""The modules the docs may teach importing from; every other module is implementation."""
 
 REQUIRED_TESTING = {
     "replies",
@@ -56,6 +158,10 @@ class TestPackageExports:
         assert names in (sorted(names), sorted(names, key=ruff_order))
         assert len(names) == len(set(names))
 
+    def test_all_is_pinned(self) -> None:
+        """`__all__` is exactly the pinned list: no name appears or goes unnoticed."""
+        assert statemachine_agent.__all__ == EXPORTED
+
     def test_required_names_are_exported(self) -> None:
         """The documented entry points are all in `__all__`."""
         assert set(statemachine_agent.__all__) >= REQUIRED
@@ -84,6 +190,121 @@ class TestPackageExports:
             ToolRegistry,
             tool,
         )
+
+    @pytest.mark.parametrize("name", sorted(LAZY))
+    def test_optional_names_resolve_to_their_modules(self, name: str) -> None:
+        """A lazily exported name is the class of its module, importable from the root."""
+        module, _extra = LAZY[name]
+        assert getattr(statemachine_agent, name) is getattr(importlib.import_module(module), name)
+
+    def test_optional_packages_are_not_imported_with_the_package(self) -> None:
+        """`import statemachine_agent` loads neither `openai` nor `psycopg` (optional extras)."""
+        extras = sorted({extra for _module, extra in LAZY.values()})
+        code = (
+            "import sys, statemachine_agent\n"
+            f"loaded = [m for m in {extras!r} if m in sys.modules]\n"
+            "print(', '.join(loaded)); sys.exit(1 if loaded else 0)"
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=False
+        )
+        assert done.returncode == 0, f"loaded: {done.stdout}{done.stderr}"
+
+    def test_unknown_name_is_an_attribute_error(self) -> None:
+        """A name the package does not have raises AttributeError naming it."""
+        with pytest.raises(AttributeError, match="NoSuchThing"):
+            _ = statemachine_agent.NoSuchThing
+
+    def test_docs_import_only_public_modules(self) -> None:
+        """The README's and the guides' code imports from the root or a public module only."""
+        pattern = re.compile(r"^\s*from (statemachine_agent[\w.]*) import", re.M)
+        for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+            for module in pattern.findall(page.read_text(encoding="utf-8")):
+                assert module in PUBLIC_MODULES, f"{page.name} imports from {module}"
+
+    def test_extension_points_are_written_from_the_root(self) -> None:
+        """A verifier, an approval policy, an audit sink and a store need only root names."""
+        namespace: dict[str, object] = {}
+        exec(EXTENSIONS, namespace)
+        result = namespace["result"]
+        assert isinstance(result, statemachine_agent.RunResult)
+        assert result.end_state == "completed"
+        assert namespace["seen"] == ["approve", True]
+
+
+EXTENSIONS = """
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from statemachine_agent import (
+    Agent, Approve, ApprovalPolicy, Audit, AuditSink, Checkpointer, Claim, PolicyAnswer,
+    RunSummary, ScriptedModel, ToolCall, Verdict, VerifyPolicy, Verifier, tool,
+)
+from statemachine_agent.testing import replies
+
+seen: list[object] = []
+
+
+class ListStore:
+    def __init__(self) -> None:
+        self.rows: dict[str, list[Mapping[str, Any]]] = {}
+
+    def append(self, run_id: str, body: Mapping[str, Any]) -> None:
+        self.rows.setdefault(run_id, []).append(body)
+
+    def bodies(self, run_id: str) -> Iterable[Mapping[str, Any]]:
+        return list(self.rows.get(run_id, []))
+
+    def runs(self) -> list[RunSummary]:
+        return [RunSummary(r, "?", len(b), 0) for r, b in self.rows.items()]
+
+    def close(self) -> None:
+        pass
+
+
+class Decisions:
+    def write(self, event: Mapping[str, Any]) -> None:
+        if event["event"] == "approval.decided":
+            seen.append(event["decision"])
+
+    def close(self) -> None:
+        pass
+
+
+def approve(call: ToolCall) -> PolicyAnswer:
+    return Approve()
+
+
+def check(claim: Claim) -> Verdict:
+    seen.append(claim.text == "sent")
+    return Verdict(ok=True)
+
+
+@tool(requires_approval=True)
+def send(to: str) -> str:
+    \"\"\"Send a message.
+
+    Args:
+        to: Whom to.
+    \"\"\"
+    return "ok"
+
+
+store: Checkpointer = ListStore()
+sink: AuditSink = Decisions()
+policy: ApprovalPolicy = approve
+verifier: Verifier = check
+agent = Agent(
+    ScriptedModel([replies.tool_use("send", {"to": "ken"}), replies.text("sent")]),
+    tools=[send],
+    approval=policy,
+    verify=VerifyPolicy(verifier),
+    checkpointer=store,
+    audit=Audit(sinks=[sink]),
+)
+result = agent.run("send it", run_id="r")
+assert agent.checkpointer is store and store.rows["r"]
+"""
 
 
 class TestTestingExports:

@@ -326,10 +326,11 @@ def _make_effects(name: str) -> DBOSEffects:
     return DBOSEffects(name, **_effects_options)
 
 
-def _prepare(agent: Agent) -> None:
-    files = gate_agent(agent, _GATE)
+def _prepare(agent: Agent) -> Agent:
+    gated, files = gate_agent(agent, _GATE)
     if files is not None:
-        _files[id(agent)] = files
+        _files[id(gated)] = files
+    return gated
 
 
 _agents: AgentCache[DBOSEffects] = AgentCache(_make_effects, _prepare)

@@ -197,10 +197,11 @@ _GATE = _ReplayGate()
 _files: dict[int, RunFiles] = {}
 
 
-def _prepare(agent: Agent) -> None:
-    files = gate_agent(agent, _GATE)
+def _prepare(agent: Agent) -> Agent:
+    gated, files = gate_agent(agent, _GATE)
     if files is not None:
-        _files[id(agent)] = files
+        _files[id(gated)] = files
+    return gated
 
 
 # -- the effects (workflow side) ----------------------------------------------------

@@ -7,7 +7,7 @@ feedback goes back to the model as the next thing it reads.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -34,3 +34,23 @@ class Claim:
     messages: Sequence[JSON]
     iteration: int
     run_id: str
+
+
+Verifier = Callable[[Claim], Verdict | Awaitable[Verdict]]
+"""Checks a claimed completion (sync or async): `Verdict(ok, feedback)`."""
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyPolicy:
+    """Who checks a claimed completion, and how many rejections a run may take."""
+
+    verifier: Verifier
+    """Called with each `Claim` (an `end_turn`, or `finish` with status `completed`)."""
+    max_rejections: int = 2
+    """Rejections tolerated; the next one ends the run in `failed`."""
+
+    def __post_init__(self) -> None:
+        if not callable(self.verifier):
+            raise TypeError(f"VerifyPolicy.verifier must be callable, not {self.verifier!r}")
+        if self.max_rejections < 0:
+            raise ValueError("VerifyPolicy.max_rejections must be >= 0")

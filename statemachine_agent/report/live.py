@@ -2,7 +2,7 @@
 
 A real run can take minutes; the status line says where the machine is (state,
 iteration, tokens, cost, the tool running) while it works. It is fed as an
-audit sink (`Agent(sinks=[progress])`), so it shows exactly what the audit file
+audit sink (`Agent(audit=Audit(sinks=[progress]))`), so it shows exactly what the audit file
 records, needs no hook into the engine, and configures no logging.
 """
 

@@ -16,6 +16,7 @@ a duplicate.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -64,7 +65,7 @@ class GatedLogger:
 
 
 class RunFiles:
-    """`<folder>/<run_id>.jsonl` for each run, as `Agent(audit_dir=...)` writes them.
+    """`<folder>/<run_id>.jsonl` for each run, as `Agent(audit=folder)` writes them.
 
     The agent opens its own file per run and writes to it directly; on an
     engine that file is gated like any sink, so the folder moves here. Files
@@ -97,23 +98,22 @@ class RunFiles:
             self._open.clear()
 
 
-def gate_agent(agent: Agent, gate: Gate) -> RunFiles | None:
-    """Route the agent's sinks, audit folder and logger through `gate`.
+def gate_agent(agent: Agent, gate: Gate) -> tuple[Agent, RunFiles | None]:
+    """The agent with its sinks, audit folder and logger routed through `gate`.
 
-    Changes the agent in place (it was built for this engine alone) and
-    returns the per-run file writer that replaces `audit_dir`, if there is one,
-    so the caller can put each run's file back into its result.
+    Returns that agent (a copy: agents are read-only) and the per-run file writer
+    that replaces its audit folder, if there is one, so the caller can put each
+    run's file back into its result.
     """
-    sinks: list[AuditSink] = [GatedSink(sink, gate) for sink in agent.sinks]
+    audit = agent.audit
+    sinks: list[AuditSink] = [GatedSink(sink, gate) for sink in audit.sinks]
     files = None
-    if agent.audit_dir is not None:
-        files = RunFiles(agent.audit_dir)
+    if audit.dir is not None:
+        files = RunFiles(Path(audit.dir))
         sinks.append(GatedSink(files, gate))
-        agent.audit_dir = None
-    agent.sinks = sinks
-    logger = agent.logger if agent.logger is not None else default_logger()
-    agent.logger = GatedLogger(logger, gate)
-    return files
+    logger = audit.logger if audit.logger is not None else default_logger()
+    gated = dataclasses.replace(audit, dir=None, sinks=sinks, logger=GatedLogger(logger, gate))
+    return agent.replace(audit=gated), files
 
 
 def _run_id(event: Mapping[str, Any]) -> str | None:

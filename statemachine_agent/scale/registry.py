@@ -133,7 +133,7 @@ class AgentCache(Generic[E]):
     def __init__(
         self,
         make_effects: Callable[[str], E],
-        prepare: Callable[[Agent], None] | None = None,
+        prepare: Callable[[Agent], Agent] | None = None,
     ) -> None:
         self._make_effects = make_effects
         self._prepare = prepare
@@ -149,7 +149,7 @@ class AgentCache(Generic[E]):
         effects = self._make_effects(name)
         agent = build_agent(name, effects)
         if self._prepare is not None:
-            self._prepare(agent)
+            agent = self._prepare(agent)  # agents are read-only: it returns the prepared copy
         with self._lock:
             self._built[name] = (factory, agent, effects)
         return agent, effects

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from statemachine_agent import Agent, ModelReply, ModelRequest, tool
+from statemachine_agent import Agent, Audit, ModelReply, ModelRequest, tool
 from statemachine_agent.persistence import SQLiteCheckpointer
 from statemachine_agent.testing import replies
 
@@ -87,7 +87,7 @@ def build(db: Path, ledger: Path, kill: str | None) -> Agent:
         ProgressModel(),
         tools=[lookup, pay],
         checkpointer=SQLiteCheckpointer(db),
-        sinks=sinks,
+        audit=Audit(sinks=sinks),
         stall=None,
     )
 

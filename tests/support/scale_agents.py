@@ -127,7 +127,7 @@ def payments(effects: Effects) -> Agent:
         tools=[lookup, pay],
         system="Pay the user's bills.",
         stall=None,
-        audit_dir=os.environ.get(AUDIT_ENV) or None,
+        audit=os.environ.get(AUDIT_ENV) or None,
         effects=effects,
     )
 

@@ -1,0 +1,45 @@
+"""`Audit`: where an agent's events go and what is kept out of them.
+
+The audit folder, the extra sinks, the redacted keys and the logger are one
+feature, the audit trail, so they are configured as one value:
+`Agent(..., audit=Audit(dir="audit", sinks=[...], redact=["email"]))`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from os import PathLike
+from pathlib import Path
+from typing import Any
+
+from statemachine_agent.audit.sink import AuditSink
+
+
+@dataclass(frozen=True, slots=True)
+class Audit:
+    """The audit trail of an agent's runs; the default writes nowhere but the logger."""
+
+    dir: str | PathLike[str] | None = None
+    """Each run's events go to `<dir>/<run_id>.jsonl` (a resumed run appends to it).
+    Kept as a `Path`."""
+    sinks: Sequence[AuditSink] = ()
+    """Further sinks that receive every redacted event of every run (kept as a tuple;
+    the agent does not close them)."""
+    redact: Iterable[str] = ()
+    """Extra event keys whose values are never written (kept as a tuple)."""
+    logger: Any = None
+    """A structlog logger for the events; `None`: the application's structlog pipeline
+    if configured, else the stdlib `statemachine_agent` logger."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.redact, str):
+            raise TypeError("Audit.redact takes a list of keys, not one string")
+        if self.dir is not None:
+            object.__setattr__(self, "dir", Path(self.dir))
+        object.__setattr__(self, "sinks", tuple(self.sinks))
+        object.__setattr__(self, "redact", tuple(self.redact))
+
+    def run_file(self, run_id: str) -> Path | None:
+        """Where the run's own audit file goes, if the audit has a folder."""
+        return None if self.dir is None else Path(self.dir) / f"{run_id}.jsonl"
