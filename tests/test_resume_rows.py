@@ -13,8 +13,17 @@ from typing import Any
 
 import pytest
 
-from statemachine_agent import Agent, Approve, CancelToken, MemoryCheckpointer, ScriptedModel, tool
-from statemachine_agent.policy.verify import Verdict
+from statemachine_agent import (
+    Agent,
+    Approve,
+    Audit,
+    CancelToken,
+    MemoryCheckpointer,
+    ReflectionPolicy,
+    ScriptedModel,
+    Verdict,
+    tool,
+)
 from statemachine_agent.testing import replies
 from statemachine_agent.testing.assertions import assert_end_state, assert_fired
 from statemachine_agent.testing.validator import validate_request
@@ -50,9 +59,9 @@ CASES: list[tuple[str, str, str, str, list[Any], dict[str, Any]]] = [
     ("act", "tool.finished", "cancelled_in_act", "act", [CALL], {}),
     ("observe", "transition.fired", "cancelled_in_observe", "observe", [CALL], {}),
     ("intervene", "transition.fired", "cancelled_in_intervene", "intervene", STALLING,
-     {"reflection_interval": None}),
+     {"reflection": None}),
     ("reflect", "transition.fired", "cancelled_in_reflect", "reflect", [CALL],
-     {"reflection_interval": 1}),
+     {"reflection": ReflectionPolicy(1)}),
     ("verify", "transition.fired", "cancelled_in_verify", "verify", [], {}),
     ("continue", "transition.fired", "cancelled_in_continue", "continue", [CUT],
      {"max_continuations": 1}),
@@ -83,8 +92,8 @@ def test_cancelled_run_resumes_by_its_row(
         model,
         tools=[count],
         checkpointer=MemoryCheckpointer(),
-        verifier=lambda claim: Verdict(ok=True),
-        sinks=[sink],
+        verify=lambda claim: Verdict(ok=True),
+        audit=Audit(sinks=[sink]),
         **options,
     )
     first = agent.run("q", cancel=token)
