@@ -247,7 +247,7 @@ class TestErrorKinds:
 
         outcome = run(ToolRegistry([make_tool(quit_, name="quit")]).execute(call("quit")))
         assert outcome.error_kind == "raised"
-        assert outcome.content == "quit raised RuntimeError: SystemExit: 3"
+        assert outcome.content == "quit raised SystemExit: 3"
 
     def test_stray_cancelled_error_is_a_failure(self) -> None:
         """A handler raising CancelledError by itself (nobody cancelled us) is 'raised'."""

@@ -9,6 +9,8 @@ message; after an assistant text it becomes a user message of its own.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from statemachine_agent.models.base import JSON
 
 
@@ -36,28 +38,42 @@ def unanswered_tool_uses(messages: list[JSON]) -> list[JSON]:
     return [b for b in content if isinstance(b, dict) and b.get("type") == "tool_use"]
 
 
-def close_pending(messages: list[JSON], why: str) -> int:
-    """Answer every unanswered tool_use with an is_error result, so the history stays valid.
+INTERRUPTED = "Interrupted while running; it may have taken effect."
+"""The answer to a call that was in flight when the run stopped: its outcome is unknown."""
+
+
+def close_pending(
+    messages: list[JSON],
+    why: str,
+    answers: Mapping[str, JSON] | None = None,
+    *,
+    interrupted: bool = False,
+) -> int:
+    """Answer every unanswered tool_use, so the history stays valid and says what happened.
 
     A run that ends between a tool request and its results (cancelled, cut off,
     out of budget) would otherwise leave a history the API rejects when the
-    conversation continues.
+    conversation continues. A call that ran is answered with its recorded
+    result (`answers`, by tool_use id): telling the model a payment that went
+    out was "not run" invites a second one. `interrupted` says the calls
+    without a result were in flight, so their outcome is unknown. Returns how
+    many calls were answered as not run.
     """
     pending = unanswered_tool_uses(messages)
     if not pending:
         return 0
-    messages.append(
-        {
-            "role": "user",
-            "content": [
-                {
-                    "type": "tool_result",
-                    "tool_use_id": block.get("id", ""),
-                    "content": f"Not run: {why}.",
-                    "is_error": True,
-                }
-                for block in pending
-            ],
-        }
-    )
-    return len(pending)
+    known = answers or {}
+    blocks: list[JSON] = []
+    skipped = 0
+    for block in pending:
+        tool_use_id = str(block.get("id", ""))
+        if tool_use_id in known:
+            blocks.append(dict(known[tool_use_id]))
+            continue
+        text = INTERRUPTED if interrupted else f"Not run: {why}."
+        skipped += 0 if interrupted else 1
+        blocks.append(
+            {"type": "tool_result", "tool_use_id": tool_use_id, "content": text, "is_error": True}
+        )
+    messages.append({"role": "user", "content": blocks})
+    return skipped

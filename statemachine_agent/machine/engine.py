@@ -18,7 +18,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from transitions import Machine, State
 
-from statemachine_agent.context.notices import close_pending
+from statemachine_agent.context.notices import close_pending, unanswered_tool_uses
 from statemachine_agent.machine.context import PhaseContext
 from statemachine_agent.machine.endings import ENDINGS, Ending
 from statemachine_agent.machine.ends import END_BY_NAME, END_STATES, RESUMABLE_STATES
@@ -60,6 +60,12 @@ class Interruptible(Protocol):
     """
 
     def interrupted(self, ctx: PhaseContext) -> str: ...
+
+
+def _deadline_only(phase: object) -> bool:
+    """Whether only a deadline, not a plain cancel, may abandon the phase's work (act:
+    after `cancel()` the tools in flight are left to finish)."""
+    return bool(getattr(phase, "deadline_only", False))
 
 
 PHASES: Mapping[str, Phase] = {
@@ -250,7 +256,11 @@ class Engine:
         try:
             if phase is None:
                 raise MachineDefinitionError(f"no phase runs state {run.state!r}")
-            if cancel is None or not isinstance(phase, Interruptible):
+            if (
+                cancel is None
+                or not isinstance(phase, Interruptible)
+                or not cancel.interrupts(phase)
+            ):
                 return await phase.run(ctx)
             finished, trigger = await cancel.race(phase.run(ctx))
             return trigger if finished and trigger is not None else phase.interrupted(ctx)
@@ -264,11 +274,18 @@ class Engine:
     async def _end(self, ctx: PhaseContext) -> RunResult:
         run = ctx.state
         handler = ENDINGS[run.state]
-        if run.state not in RESUMABLE_STATES:
-            closed = close_pending(run.messages, f"the run ended ({run.state})")
+        answers = {o.tool_use_id: o.to_block() for o in run.outcomes}
+        last = run.trail[-1] if run.trail else None
+        # A defect inside act leaves calls that may have run without a recorded outcome.
+        interrupted = last is not None and (last.source, last.trigger) == ("act", "crashed")
+        if run.state not in RESUMABLE_STATES and unanswered_tool_uses(run.messages):
+            closed = close_pending(
+                run.messages, f"the run ended ({run.state})", answers, interrupted=interrupted
+            )
+            run.pending_calls, run.outcomes = [], []  # now in the history
             if closed:
                 ctx.emitter.emit("tool.skipped", count=closed, end_state=run.state)
-                ctx.checkpoint()
+            ctx.checkpoint()
         try:
             ending = await handler(ctx)
         except Exception as exc:
@@ -276,7 +293,7 @@ class Engine:
         ctx.checkpoint()
         messages = [dict(m) for m in run.messages]
         if run.state == "cancelled":
-            close_pending(messages, "the run was cancelled")
+            close_pending(messages, "the run was cancelled", answers, interrupted=interrupted)
         run.elapsed_s = ctx.deps.effects.monotonic() - ctx.started_at
         result = RunResult(
             end_state=END_BY_NAME[run.state].name,
@@ -340,19 +357,28 @@ class CancelToken:
     """Asks a run to stop at its next transition boundary, from any thread.
 
     A model call in flight is cancelled at once (its reply would be discarded
-    anyway); tools in flight are left to finish so every tool_use gets its result.
+    anyway); tools in flight are left to finish so every tool_use gets its result,
+    except past a deadline (`cancel_after`): a deadline is a promise about time,
+    so its tools are cancelled and abandoned, each answered as "abandoned after
+    N s; it may still be running".
     """
 
     def __init__(self) -> None:
         self._cancelled = False
+        self._deadline = False
         self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
 
     @property
     def cancelled(self) -> bool:
         return self._cancelled
 
+    def interrupts(self, phase: object) -> bool:
+        """Whether this token's cancellation abandons the work of an `Interruptible` phase."""
+        return self._deadline or not _deadline_only(phase)
+
     def cancel_after(self, seconds: float) -> None:
-        """Cancel once `seconds` have passed (a deadline for the run)."""
+        """Cancel once `seconds` have passed (a deadline for the run: tools are abandoned)."""
+        self._deadline = True
         timer = threading.Timer(seconds, self.cancel)
         timer.daemon = True
         timer.start()

@@ -10,6 +10,7 @@ exists, so a resumed run never executes a recorded call again.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import inspect
 from typing import Literal
@@ -27,7 +28,18 @@ from statemachine_agent.tools.base import ToolCall, ToolOutcome
 
 
 class Act:
-    """Runs the pending tool calls; names `tools_done`."""
+    """Runs the pending tool calls; names `tools_done`.
+
+    Interruptible by a deadline only (`deadline_only`): after a plain `cancel()`
+    the tools in flight are left to finish, so each call has its real outcome.
+    """
+
+    deadline_only = True
+
+    def interrupted(self, ctx: PhaseContext) -> Literal["tools_done"]:
+        """A deadline abandoned the tools in flight; `run` answered each as it stopped."""
+        self._sort(ctx)
+        return "tools_done"
 
     async def run(self, ctx: PhaseContext) -> Literal["tools_done"]:
         run, deps = ctx.state, ctx.deps
@@ -50,10 +62,43 @@ class Act:
             elif cleared is not None:
                 to_run.append(cleared)
         keyed = [dataclasses.replace(c, idempotency_key=f"{run.run_id}:{c.id}") for c in to_run]
-        await deps.effects.run_tools(deps.tools, keyed, lambda c, o: self._record(ctx, c, o))
+        started = deps.effects.monotonic()
+        try:
+            await deps.effects.run_tools(deps.tools, keyed, lambda c, o: self._record(ctx, c, o))
+        except asyncio.CancelledError:
+            self._abandon(ctx, keyed, deps.effects.monotonic() - started)
+            raise
+        self._sort(ctx)
+        return "tools_done"
+
+    def _sort(self, ctx: PhaseContext) -> None:
+        """Outcomes in the order of the calls, as the history wants them."""
+        run = ctx.state
         order = {call.id: i for i, call in enumerate(run.pending_calls)}
         run.outcomes.sort(key=lambda o: order.get(o.tool_use_id, len(order)))
-        return "tools_done"
+
+    def _abandon(self, ctx: PhaseContext, calls: list[ToolCall], seconds: float) -> None:
+        """Answer the calls still running when the act is stopped (a deadline passed).
+
+        Their tasks are cancelled, not awaited: a handler may ignore that, or have
+        acted already, so the answer says both, and a resume never runs them again.
+        """
+        done = {outcome.tool_use_id for outcome in ctx.state.outcomes}
+        for call in calls:
+            if call.id in done:
+                continue
+            outcome = ToolOutcome(
+                tool_use_id=call.id,
+                name=call.name,
+                content=(
+                    f"Tool {call.name!r} was abandoned after {seconds:.1f} s when the run was "
+                    "stopped; it may still be running, and it may have taken effect."
+                ),
+                is_error=True,
+                error_kind="abandoned",
+                duration_s=seconds,
+            )
+            self._record(ctx, call, outcome)
 
     def _over_limit(
         self, ctx: PhaseContext, call: ToolCall, admitted: dict[str, int]

@@ -17,7 +17,14 @@ from typing import Any, Literal, get_args
 JSON = dict[str, Any]
 
 ErrorKind = Literal[
-    "unknown_tool", "invalid_input", "raised", "timeout", "limit", "not_run", "denied"
+    "unknown_tool",
+    "invalid_input",
+    "raised",
+    "timeout",
+    "abandoned",
+    "limit",
+    "not_run",
+    "denied",
 ]
 
 IDEMPOTENCY_PARAM = "idempotency_key"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import copy
 import dataclasses
 import enum
 import html
@@ -35,6 +36,10 @@ __all__ = ["EMPTY_RESULT", "UNTRUSTED_TAG", "ToolError", "ToolRegistry", "wrap_u
 
 EMPTY_RESULT = "(empty result)"
 """Said instead of nothing, so the model knows the tool ran and found nothing."""
+
+_CANCEL_GRACE_S = 1.0
+"""How long a timed-out async handler gets to honour its cancellation (at most its
+own timeout) before its task is abandoned."""
 
 _MAX_ERROR_DETAIL_CHARS = 300
 """One validation error may quote a huge input; keep each short so the schema stays visible."""
@@ -204,6 +209,20 @@ class ToolRegistry:
             attempt += 1
             try:
                 value = await _run_handler(found, call, found.name in self._keyed, self._workers)
+            except _AbandonedError as exc:
+                # Not transient: the first attempt may still be running, and may yet act.
+                failure = _Failure(
+                    "abandoned",
+                    f"Tool {found.name!r} did not finish within {float(found.timeout or 0)} s "
+                    f"and ignored cancellation: abandoned after {exc.seconds:.1f} s; it may "
+                    "still be running. Continue without this result",
+                )
+            except _EscapedError as exc:
+                failure = _Failure(
+                    "raised",
+                    f"{found.name} raised {_describe_exc(exc.original)}",
+                    transient=isinstance(exc.original, found.retry_on),
+                )
             except _HandlerTimeoutError:
                 failure = _Failure(
                     "timeout",
@@ -325,6 +344,22 @@ class _HandlerTimeoutError(Exception):
     """Our deadline passed; distinct from a `TimeoutError` the handler raised itself."""
 
 
+class _AbandonedError(Exception):
+    """The handler outlived its timeout and ignored cancellation; we stopped waiting."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"abandoned after {seconds:.1f} s")
+        self.seconds = seconds
+
+
+class _EscapedError(Exception):
+    """A handler raised a `BaseException` (`SystemExit`, ...): carried as an ordinary error."""
+
+    def __init__(self, original: BaseException) -> None:
+        super().__init__(_describe_exc(original))
+        self.original = original
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class _Failure:
     """One failed attempt, before the policy decides what becomes of it."""
@@ -358,24 +393,96 @@ def wrap_untrusted(content: str, source: str) -> str:
 
 
 async def _run_handler(found: Tool, call: ToolCall, wants_key: bool, workers: DaemonWorkers) -> Any:
-    kwargs = dict(call.input)
+    """The handler's return value, run as a task of its own under the tool's timeout.
+
+    The handler gets a deep copy of the input: a handler that keeps what it was
+    given and changes it later must not change the call the history, the
+    checkpoint and the audit trail recorded. Its own task is what lets a
+    handler that ignores cancellation be abandoned instead of holding the run.
+    """
+    kwargs = copy.deepcopy(dict(call.input))
     if call.idempotency_key and wants_key:
         kwargs[IDEMPOTENCY_PARAM] = call.idempotency_key
-    timer = asyncio.timeout(found.timeout)
+    task = asyncio.ensure_future(_guarded(found.handler, kwargs, workers))
+    task.add_done_callback(_retrieve)
+    started = time.perf_counter()
     try:
-        async with timer:
-            if inspect.iscoroutinefunction(found.handler):
-                result = await found.handler(**kwargs)
-            else:
-                result = await _run_in_thread(workers, found.handler, kwargs)
-            if inspect.isawaitable(result):
-                # A sync callable that returned a coroutine (e.g. a wrapped async function).
-                result = await result
-    except TimeoutError:
-        if timer.expired():
-            raise _HandlerTimeoutError from None
+        done, _ = await asyncio.wait({task}, timeout=found.timeout)
+    except asyncio.CancelledError:
+        # Our own cancellation: tell the handler, give it the grace period to stop,
+        # then abandon it; the cancellation goes on either way.
+        task.cancel()
+        try:
+            await asyncio.wait({task}, timeout=_grace(found))
+        finally:
+            _abandon(task)
         raise
+    if done:
+        return task.result()
+    task.cancel()
+    try:
+        await asyncio.wait({task}, timeout=_grace(found))
+    finally:
+        abandoned = not task.done()
+        _abandon(task)
+    if abandoned:
+        raise _AbandonedError(time.perf_counter() - started)
+    raise _HandlerTimeoutError
+
+
+def _grace(found: Tool) -> float:
+    """How long a cancelled handler may take to stop: at most as long as it could run."""
+    return min(_CANCEL_GRACE_S, float(found.timeout or _CANCEL_GRACE_S))
+
+
+async def _guarded(
+    handler: Callable[..., Any], kwargs: dict[str, Any], workers: DaemonWorkers
+) -> Any:
+    """Await the handler; a `BaseException` it raises becomes `_EscapedError`.
+
+    asyncio re-raises a task's `SystemExit` or `KeyboardInterrupt` out of the
+    event loop itself, so the conversion has to happen inside the task. Sync
+    handlers get the same conversion on their thread: one raise, one outcome.
+    """
+    try:
+        if inspect.iscoroutinefunction(handler):
+            result = await handler(**kwargs)
+        else:
+            result = await _run_in_thread(workers, handler, kwargs)
+        if inspect.isawaitable(result):
+            # A sync callable that returned a coroutine (e.g. a wrapped async function).
+            result = await result
+    except (Exception, asyncio.CancelledError):
+        raise
+    except BaseException as exc:
+        raise _EscapedError(exc) from None
     return result
+
+
+def _abandon(task: asyncio.Future[Any]) -> None:
+    """Stop awaiting a task that ignored its cancellation, and close its coroutine.
+
+    Closing throws `GeneratorExit` where it waits, which ends a handler that only
+    swallows `CancelledError`; otherwise the loop's own shutdown, which waits
+    for every task, would hang on it. A handler that swallows even that, or
+    work it handed to threads, may run on: the outcome says so.
+    """
+    if task.done():
+        return
+    coro = task.get_coro() if isinstance(task, asyncio.Task) else None
+    if coro is not None and inspect.iscoroutine(coro):
+        # It may answer with "coroutine ignored GeneratorExit", or with the error
+        # `_guarded` makes of it: either way we are done with it.
+        with contextlib.suppress(Exception):
+            coro.close()
+    # Wake the task (its timer may have gone with the coroutine) so it ends too.
+    task.cancel()
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    """Mark a finished handler task's exception as seen (its outcome says what happened)."""
+    if not task.cancelled():
+        task.exception()
 
 
 async def _run_in_thread(
@@ -407,7 +514,7 @@ async def _run_in_thread(
         except Exception as exc:
             error = exc
         except BaseException as exc:  # SystemExit etc. must not escape into the loop
-            error = RuntimeError(_describe_exc(exc))
+            error = _EscapedError(exc)
         with contextlib.suppress(RuntimeError):  # the loop closed: nobody is waiting
             loop.call_soon_threadsafe(settle, error, value)
 
