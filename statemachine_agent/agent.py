@@ -221,6 +221,8 @@ class Agent:
             current["checkpointer"] = self._storage
         return Agent(**{**current, **changes})
 
+    __replace__ = replace  # `copy.replace(agent, ...)` (Python 3.13) does the same
+
     @property
     def model(self) -> Model:
         """The model of the loop (a model name given was built into an `AnthropicModel`)."""
@@ -570,6 +572,8 @@ def _read_only(name: str) -> str:
         return (
             f"Agent.{name} is read-only: agent.replace({name}=...) returns an agent with it changed"
         )
+    if isinstance(getattr(Agent, name, None), property):
+        return f"Agent.{name} is read-only: it is derived from the agent's settings"
     return (
         f"Agent has no setting {name!r} (and its settings are read-only; "
         f"agent.replace(...) takes: {', '.join(SETTINGS)})"

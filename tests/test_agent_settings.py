@@ -87,6 +87,23 @@ class TestReadOnlySettings:
         assert newer.model.requests[0].system[0]["text"] == "new"
         assert agent.system == "old"
 
+    @settings(max_examples=80, deadline=None)
+    @given(name=st.from_regex(r"[a-z][a-z0-9_]{0,15}", fullmatch=True), value=st.integers())
+    def test_no_public_name_can_be_set(self, name: str, value: int) -> None:
+        """Whatever public name is assigned, the agent refuses and its settings stay as they are."""
+        agent = Agent(echo_model(), system="s")
+        before = {setting: getattr(agent, setting) for setting in SETTINGS}
+        with pytest.raises(AttributeError):
+            setattr(agent, name, value)
+        assert not hasattr(agent, "__dict__")
+        assert all(getattr(agent, setting) is before[setting] for setting in SETTINGS)
+
+    def test_derived_properties_are_read_only_too(self) -> None:
+        """`agent.models` (derived, not a setting) cannot be assigned either."""
+        agent = Agent(echo_model())
+        with pytest.raises(AttributeError, match="derived from the agent's settings"):
+            agent.models = []  # type: ignore[misc]
+
     def test_unknown_attributes_cannot_be_set_or_deleted(self) -> None:
         """A typo (`agent.sytem = ...`) is an error naming it, not a new, unused attribute."""
         agent = Agent(echo_model())
@@ -158,6 +175,12 @@ class TestReplace:
         assert other.checkpointer is agent.checkpointer
         assert other.effects is agent.effects
         assert other.tools.names == agent.tools.names
+
+    def test_copy_replace_protocol_is_the_same_call(self) -> None:
+        """`__replace__` (what `copy.replace` calls) is `replace`."""
+        agent = Agent(echo_model(), name="a")
+        assert agent.__replace__(name="b").name == "b"
+        assert agent.name == "a"
 
     def test_unknown_names_raise_type_error_naming_them(self) -> None:
         """Misspelled settings are refused, every one named, before anything is built."""
