@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from statemachine_agent import Agent, CancelToken, Conversation, ScriptedModel, tool
+from statemachine_agent import Agent, Audit, CancelToken, Conversation, ScriptedModel, tool
 from statemachine_agent.audit.sink import MemorySink
 from statemachine_agent.persistence.base import load_record
 from statemachine_agent.persistence.sqlite import SQLiteCheckpointer
@@ -74,8 +74,8 @@ class TestInputIsolation:
         )
         sink = MemorySink()
         store = SQLiteCheckpointer(tmp_path / "runs.sqlite3")
-        agent = Agent(model, tools=[post, mention], sinks=[sink], checkpointer=store,
-                      audit_dir=tmp_path)  # fmt: skip
+        agent = Agent(model, tools=[post, mention], checkpointer=store,
+                      audit=Audit(dir=tmp_path, sinks=[sink]))  # fmt: skip
         result = agent.run("Post it.")
         assert result.end_state == "completed"
         assert kept == [["ann", "post-added", "bob"]]  # the handler's own copy changed
