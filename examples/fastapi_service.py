@@ -225,7 +225,7 @@ def waiting_calls(record: RunRecord) -> list[PendingCall]:
     return [
         PendingCall(tool_use_id=call.id, name=call.name, input=call.input)
         for call in record.pending_calls
-        if call.id in record.awaiting
+        if call.id in record.approval.awaiting
     ]
 
 

@@ -352,7 +352,6 @@ class Agent:
         record = RunRecord(
             run_id=run_id,
             settings=self._settings,
-            model_name=self.model.name,
             messages=with_prompt(history, prompt),
             turn=1 + sum(1 for m in history if _is_user_prompt(m)),
         )

@@ -101,7 +101,7 @@ def _retried(run: RunRecord) -> None:
 
 
 def _awaiting(run: RunRecord) -> None:
-    run.awaiting = ["toolu_1"]
+    run.approval.awaiting = ["toolu_1"]
 
 
 def _fatal(run: RunRecord) -> None:
@@ -110,8 +110,8 @@ def _fatal(run: RunRecord) -> None:
 
 def _stalled(interventions: int) -> Arrange:
     def arrange(run: RunRecord) -> None:
-        run.stall = {"pattern": "repeat", "tool": "search", "count": 3, "detail": "d"}
-        run.interventions = interventions
+        run.stall.finding = {"pattern": "repeat", "tool": "search", "count": 3, "detail": "d"}
+        run.stall.interventions = interventions
 
     return arrange
 
@@ -125,8 +125,8 @@ def _at_iteration(n: int) -> Arrange:
 
 def _verdict(ok: bool, rejections: int = 0) -> Arrange:
     def arrange(run: RunRecord) -> None:
-        run.verdict = {"ok": ok, "feedback": "" if ok else "tests fail"}
-        run.rejections = rejections
+        run.verification.verdict = {"ok": ok, "feedback": "" if ok else "tests fail"}
+        run.verification.rejections = rejections
 
     return arrange
 
@@ -225,7 +225,6 @@ def make_context(state: str) -> PhaseContext:
     record = RunRecord(
         run_id="run_test",
         settings=RunSettings(budget=Budget(max_iterations=3)),
-        model_name="claude-sonnet-5",
         state=state,
         messages=[{"role": "user", "content": "hi"}],
     )

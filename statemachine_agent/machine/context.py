@@ -77,7 +77,7 @@ class PhaseContext:
     def detector(self, policy: StallPolicy) -> StallDetector:
         """The run's stall detector: the live one, or rebuilt from the record's state."""
         if self.stall_detector is None:
-            self.stall_detector = StallDetector.from_state(policy, self.state.stall_state)
+            self.stall_detector = StallDetector.from_state(policy, self.state.stall.observations)
         return self.stall_detector
 
     def checkpoint(self) -> None:

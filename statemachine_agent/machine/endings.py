@@ -41,9 +41,9 @@ async def completed(ctx: PhaseContext) -> Ending:
     reply = run.last_reply
     stop = reply.stop_reason if reply else "end_turn"
     reason = f"the model ended its turn ({stop})"
-    if run.verdict is not None:
+    if run.verification.verdict is not None:
         reason += " and the verifier accepted the answer"
-    return Ending(run.partial_text + _last_text(ctx), reason)
+    return Ending(run.continuation.partial_text + _last_text(ctx), reason)
 
 
 async def finished(ctx: PhaseContext) -> Ending:
@@ -52,7 +52,7 @@ async def finished(ctx: PhaseContext) -> Ending:
     status = data.get("status", "completed")
     summary = str(data.get("summary") or "")
     reason = f"the model called finish with status {status!r}"
-    if ctx.state.verdict is not None:
+    if ctx.state.verification.verdict is not None:
         reason += " and the verifier accepted the result"
     return Ending(summary, reason, data=data)
 
@@ -70,12 +70,12 @@ async def budget_exhausted(ctx: PhaseContext) -> Ending:
 async def stalled(ctx: PhaseContext) -> Ending:
     """Name the repeated pattern; salvage a summary when the stall policy asks for it."""
     run = ctx.state
-    finding = run.stall or {}
+    finding = run.stall.finding or {}
     reason = (
         f"stalled: {finding.get('detail', 'the model kept repeating itself')} "
-        f"(pattern {finding.get('pattern')}, after {run.interventions} interventions)"
+        f"(pattern {finding.get('pattern')}, after {run.stall.interventions} interventions)"
     )
-    details: dict[str, Any] = {"stall": dict(finding), "interventions": run.interventions}
+    details: dict[str, Any] = {"stall": dict(finding), "interventions": run.stall.interventions}
     policy = run.settings.stall
     if policy is None or not policy.salvage:
         return Ending(_last_text(ctx), reason, details=details)
@@ -142,12 +142,14 @@ async def failed(ctx: PhaseContext) -> Ending:
             f"failed: tool {run.fatal_tool!r} failed and is configured to end the run: {detail}",
             details={"tool": run.fatal_tool, "error": detail},
         )
-    if run.verdict is not None and not run.verdict.get("ok"):
-        feedback = run.verdict.get("feedback") or "no reason given"
+    checked = run.verification
+    if checked.verdict is not None and not checked.verdict.get("ok"):
+        feedback = checked.verdict.get("feedback") or "no reason given"
         return Ending(
             "",
-            f"failed: the verifier rejected the result {run.rejections} times; last: {feedback}",
-            details={"verdict": dict(run.verdict), "rejections": run.rejections},
+            f"failed: the verifier rejected the result {checked.rejections} times; "
+            f"last: {feedback}",
+            details={"verdict": dict(checked.verdict), "rejections": checked.rejections},
         )
     reply = run.last_reply
     if reply is None:
@@ -172,7 +174,7 @@ async def cancelled(ctx: PhaseContext) -> Ending:
 async def awaiting_approval(ctx: PhaseContext) -> Ending:
     """List the calls waiting for a decision; `Agent.resume` continues with the answers."""
     run = ctx.state
-    waiting = set(run.awaiting)
+    waiting = set(run.approval.awaiting)
     pending = [
         {"tool_use_id": c.id, "name": c.name, "input": c.input}
         for c in run.pending_calls

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import threading
 import traceback
 from collections.abc import Coroutine, Mapping
@@ -325,6 +326,18 @@ class Engine:
             cost_usd=result.cost_usd,
             elapsed_s=round(result.elapsed_s, 6),
         )
+        late = {
+            key: value
+            for key, value in (
+                ("audit_error", ctx.emitter.failure),
+                ("checkpoint_error", ctx.checkpoint_error),
+            )
+            if value is not None
+        }
+        if late:
+            # The run had already ended when its audit or store failed: the end state
+            # stands (no row leaves it), and the result says what could not be written.
+            result = dataclasses.replace(result, details={**(result.details or {}), **late})
         return result
 
 

@@ -115,12 +115,12 @@ def verifier_configured(run: RunRecord) -> bool:
 
 def verdict_passed(run: RunRecord) -> bool:
     """The verifier accepted the claim."""
-    return run.verdict is not None and bool(run.verdict.get("ok"))
+    return run.verification.verdict is not None and bool(run.verification.verdict.get("ok"))
 
 
 def rejections_exhausted(run: RunRecord) -> bool:
     """The verifier has rejected more claims than the run allows."""
-    return run.rejections > run.settings.max_rejections
+    return run.verification.rejections > run.settings.max_rejections
 
 
 def can_continue(run: RunRecord) -> bool:
@@ -129,7 +129,7 @@ def can_continue(run: RunRecord) -> bool:
     return (
         reply is not None
         and not reply.tool_uses
-        and run.continuations < run.settings.max_continuations
+        and run.continuation.count < run.settings.max_continuations
     )
 
 
@@ -140,7 +140,7 @@ def can_compact(run: RunRecord) -> bool:
 
 def approval_pending(run: RunRecord) -> bool:
     """Some tool calls wait for a human decision."""
-    return bool(run.awaiting)
+    return bool(run.approval.awaiting)
 
 
 def tool_failed_fatally(run: RunRecord) -> bool:
@@ -152,9 +152,9 @@ def stall_detected(run: RunRecord) -> bool:
     """The model repeats itself and may still be told so."""
     policy = run.settings.stall
     return (
-        run.stall is not None
+        run.stall.finding is not None
         and policy is not None
-        and run.interventions < policy.max_interventions
+        and run.stall.interventions < policy.max_interventions
     )
 
 
@@ -162,9 +162,9 @@ def stall_persists(run: RunRecord) -> bool:
     """The model kept repeating itself after every allowed intervention."""
     policy = run.settings.stall
     return (
-        run.stall is not None
+        run.stall.finding is not None
         and policy is not None
-        and run.interventions >= policy.max_interventions
+        and run.stall.interventions >= policy.max_interventions
     )
 
 

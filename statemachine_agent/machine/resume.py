@@ -27,14 +27,14 @@ def prepare_resume(record: RunRecord, decisions: Mapping[str, Decision]) -> None
     decisions and forgets the cancel request that stopped it.
     """
     if record.state == "awaiting_approval":
-        unknown = sorted(set(decisions) - set(record.awaiting))
+        unknown = sorted(set(decisions) - set(record.approval.awaiting))
         if unknown:
             raise ValueError(
                 f"run {record.run_id} has no call waiting with id(s) {', '.join(unknown)}; "
-                f"waiting: {', '.join(record.awaiting)}"
+                f"waiting: {', '.join(record.approval.awaiting)}"
             )
-        record.decisions.update({k: decision_to_plain(v) for k, v in decisions.items()})
-        record.awaiting = []
+        record.approval.decisions.update({k: decision_to_plain(v) for k, v in decisions.items()})
+        record.approval.awaiting = []
         return
     if decisions:
         raise ValueError(f"run {record.run_id} is not waiting for approval ({record.state})")

@@ -7,12 +7,13 @@ and end-state handlers are the only code that changes it. Keeping it plain data
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from statemachine_agent.machine.settings import RunSettings
-from statemachine_agent.models.base import JSON, ModelReply, Usage
+from statemachine_agent.models.base import JSON, ModelError, ModelReply, Usage
 from statemachine_agent.policy.budget import Budget
 from statemachine_agent.tools.base import ToolCall, ToolOutcome
 
@@ -26,6 +27,17 @@ class RunError:
     status: int | None = None
     request_id: str | None = None
     context_exceeded: bool = False
+
+    @classmethod
+    def from_model_error(cls, exc: ModelError) -> RunError:
+        """The run's error for a failed model call: what the API said, kept whole."""
+        return cls(
+            kind=exc.error_type or "ModelError",
+            message=exc.message,
+            status=exc.status,
+            request_id=exc.request_id,
+            context_exceeded=exc.context_exceeded,
+        )
 
     def describe(self) -> str:
         parts = [self.kind]
@@ -75,15 +87,80 @@ class TransitionRecord:
         }
 
 
+Checkpointing = Literal["diffed", "replaced", "appended", "not_stored"]
+"""How the checkpoint codec stores a record field (see `checkpointing`):
+
+- `diffed`: stored as a JSON diff against the previous checkpoint (counters, groups);
+- `replaced`: its value is only ever replaced, never changed in place, so its plain form
+  is computed once per value (frozen records, lists phases only reassign);
+- `appended`: a list that only grows (or is rewritten from a marked index), stored as
+  its new items;
+- `not_stored`: bookkeeping of this process that a resumed run rebuilds.
+"""
+
+
+REPLACED: Mapping[str, Checkpointing] = {"checkpoint": "replaced"}
+APPENDED: Mapping[str, Checkpointing] = {"checkpoint": "appended"}
+NOT_STORED: Mapping[str, Checkpointing] = {"checkpoint": "not_stored"}
+"""Field metadata declaring a record field's checkpoint rule (`diffed` when absent)."""
+
+
+def checkpointing(name: str) -> Checkpointing:
+    """The checkpoint rule of a `RunRecord` field (`diffed` unless declared otherwise)."""
+    rule: Checkpointing = _FIELDS[name].metadata.get("checkpoint", "diffed")
+    return rule
+
+
+@dataclass(slots=True)
+class StallTrack:
+    """What the stall detector has seen and found, and how often the run was told."""
+
+    observations: dict[str, Any] = field(default_factory=dict, metadata=REPLACED)
+    """The detector's observations (plain data, see `StallDetector.to_state`)."""
+    finding: dict[str, Any] | None = None
+    """The current stall finding, if the last observation showed one."""
+    interventions: int = 0
+
+
+@dataclass(slots=True)
+class VerifyTrack:
+    """The verifier's last verdict on a claimed completion, and how often it rejected."""
+
+    verdict: dict[str, Any] | None = None
+    rejections: int = 0
+
+
+@dataclass(slots=True)
+class ContinuationTrack:
+    """Replies cut at max_tokens and continued."""
+
+    count: int = 0
+    partial_text: str = ""
+    """Text of the cut replies, to prefix the final answer."""
+
+
+@dataclass(slots=True)
+class ApprovalTrack:
+    """Tool calls waiting for a human, and the decisions `resume` brought for them."""
+
+    awaiting: list[str] = field(default_factory=list)
+    """tool_use ids whose approval was deferred to a human."""
+    decisions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Approval decisions by tool_use id, not yet applied."""
+
+
 @dataclass(slots=True)
 class RunRecord:
-    """The mutable state of one run; `state` is the machine's current state."""
+    """The mutable state of one run; `state` is the machine's current state.
+
+    Fields are grouped by the feature that owns them (`stall`, `verification`,
+    `continuation`, `approval`); each field declares how checkpoints store it.
+    """
 
     run_id: str
-    settings: RunSettings
-    model_name: str
+    settings: RunSettings = field(default_factory=RunSettings, metadata=REPLACED)
     state: str = "perceive"
-    messages: list[JSON] = field(default_factory=list)
+    messages: list[JSON] = field(default_factory=list, metadata=APPENDED)
     """The exact Messages API history, user prompt first."""
     iteration: int = 0
     """Model calls made so far (the loop's unit of work)."""
@@ -91,13 +168,13 @@ class RunRecord:
     """User messages answered so far, counting this one (the conversation's unit)."""
     seq: int = 0
     """Transitions fired so far."""
-    usage: Usage = field(default_factory=Usage)
+    usage: Usage = field(default_factory=Usage, metadata=REPLACED)
     cost_usd: float = 0.0
     elapsed_s: float = 0.0
     """Wall time since the run started, refreshed before every transition."""
-    last_reply: ModelReply | None = None
-    error: RunError | None = None
-    pending_calls: list[ToolCall] = field(default_factory=list)
+    last_reply: ModelReply | None = field(default=None, metadata=REPLACED)
+    error: RunError | None = field(default=None, metadata=REPLACED)
+    pending_calls: list[ToolCall] = field(default_factory=list, metadata=REPLACED)
     """Tool calls of the last reply still waiting for their results."""
     outcomes: list[ToolOutcome] = field(default_factory=list)
     """Results of the last `act`, not yet appended to the history."""
@@ -105,37 +182,25 @@ class RunRecord:
     finish: JSON | None = None
     """The input of a successful `finish` call, when the model made one."""
     cancel_requested: bool = False
+    cancelled_at: tuple[str, str] | None = None
+    """(state, trigger) that led to `cancelled`; the `resumed` rows read it."""
     blocked_calls: int = 0
     """Calls refused because their tool reached its per-tool limit."""
     fatal_tool: str | None = None
     """A tool configured to fail the run failed; the run ends in `failed` naming it."""
-    stall_state: dict[str, Any] = field(default_factory=dict)
-    """The stall detector's observations (plain data, see `StallDetector.to_state`)."""
-    stall: dict[str, Any] | None = None
-    """The current stall finding, if the last observation showed one."""
-    interventions: int = 0
+    stall: StallTrack = field(default_factory=StallTrack)
     last_reflection: int = 0
     """The iteration at which the run last reflected."""
-    claim: str | None = None
-    """How the model claimed completion (`end_turn` or `finish`) while it is verified."""
-    verdict: dict[str, Any] | None = None
-    rejections: int = 0
-    continuations: int = 0
-    partial_text: str = ""
-    """Text of replies cut at max_tokens and continued, to prefix the final answer."""
+    verification: VerifyTrack = field(default_factory=VerifyTrack)
+    continuation: ContinuationTrack = field(default_factory=ContinuationTrack)
     overflow_retried: bool = False
-    compactions: int = 0
-    awaiting: list[str] = field(default_factory=list)
-    """tool_use ids whose approval was deferred to a human."""
-    decisions: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """Approval decisions brought by `resume`, by tool_use id, not yet applied."""
-    cancelled_at: tuple[str, str] | None = None
-    """(state, trigger) that led to `cancelled`, so a resumed run carries on from there."""
+    """The one compaction-and-retry after an overflow was used."""
+    approval: ApprovalTrack = field(default_factory=ApprovalTrack)
     chat_ended: bool = False
     """The model called `end_chat`: the conversation around this run should stop."""
-    dirty_from: int | None = None
+    dirty_from: int | None = field(default=None, metadata=NOT_STORED)
     """The first message rewritten in place since the last checkpoint (by compaction)."""
-    trail: list[TransitionRecord] = field(default_factory=list)
+    trail: list[TransitionRecord] = field(default_factory=list, metadata=APPENDED)
     audit_path: Path | None = None
     notes: dict[str, Any] = field(default_factory=dict)
     """Free-form facts end-state handlers want to report (e.g. salvage usage)."""
@@ -143,3 +208,6 @@ class RunRecord:
     @property
     def budget(self) -> Budget:
         return self.settings.budget
+
+
+_FIELDS = {f.name: f for f in fields(RunRecord)}

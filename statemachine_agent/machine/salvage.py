@@ -13,10 +13,11 @@ from __future__ import annotations
 from typing import Any
 
 from statemachine_agent.context.notices import add_user_text
+from statemachine_agent.machine.calls import call_model, price_of
 from statemachine_agent.machine.context import PhaseContext
 from statemachine_agent.models.base import ModelError
 from statemachine_agent.phases.perceive import build_request
-from statemachine_agent.phases.reason import append_reply, charge
+from statemachine_agent.phases.reason import append_reply
 
 
 def salvage_notice(why: str) -> str:
@@ -28,30 +29,18 @@ def salvage_notice(why: str) -> str:
 
 async def salvage(ctx: PhaseContext, why: str) -> tuple[str, dict[str, Any]]:
     """Make the salvage call; returns its text and the facts to report (usage, cost)."""
-    run, deps = ctx.state, ctx.deps
+    run = ctx.state
     add_user_text(run.messages, salvage_notice(why))
     request = build_request(
         ctx, tool_choice={"type": "none"} if request_has_tools(ctx) else None,
         max_tokens=run.budget.salvage_max_tokens,
     )  # fmt: skip
-    ctx.emitter.emit("model.requested", iteration=run.iteration, purpose="salvage",
-                     model=request.model, message_count=len(request.messages),
-                     tools=[t.get("name") for t in request.tools],
-                     max_tokens=request.max_tokens)  # fmt: skip
     try:
-        reply = await deps.effects.call_model(deps.model, request)
+        reply = await call_model(ctx, request, purpose="salvage")
     except ModelError as exc:
-        ctx.emitter.emit("model.failed", iteration=run.iteration, purpose="salvage",
-                         error=exc.describe(), status=exc.status, request_id=exc.request_id,
-                         retryable=exc.retryable)  # fmt: skip
         return "", {"salvage": {"error": exc.describe()}}
-    cost = charge(ctx, reply, iteration=False)
     append_reply(run.messages, reply)
-    ctx.emitter.emit("model.replied", iteration=run.iteration, purpose="salvage",
-                     model=reply.model or request.model,
-            stop_reason=reply.stop_reason, content=list(reply.content),
-                     usage=reply.usage.to_dict(), cost_usd=cost, request_id=reply.request_id,
-                     message_id=reply.id)  # fmt: skip
+    cost = price_of(ctx, reply, ctx.deps.model)
     return reply.text, {"salvage": {"usage": reply.usage.to_dict(), "cost_usd": cost}}
 
 

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from statemachine_agent.machine.run import RunRecord
+from statemachine_agent.machine.run import RunRecord, checkpointing
 
 Plain = Any
 """JSON-compatible data: None, bool, int, float, str, lists and str-keyed dicts."""
@@ -182,9 +182,10 @@ def _hints(cls: type[Any]) -> dict[str, Any]:
 
 
 def record_to_plain(record: RunRecord) -> dict[str, Plain]:
+    """The record as its checkpoints store it (fields declared `not_stored` left out)."""
     plain = to_plain(record)
     assert isinstance(plain, dict)
-    return plain
+    return {k: v for k, v in plain.items() if checkpointing(k) != "not_stored"}
 
 
 def record_from_plain(data: Mapping[str, Plain]) -> RunRecord:

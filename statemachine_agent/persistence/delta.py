@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
 
-from statemachine_agent.machine.run import RunRecord
+from statemachine_agent.machine.run import RunRecord, checkpointing
 from statemachine_agent.persistence.codec import Plain, to_plain
 
-_LIST_FIELDS = ("messages", "trail")
+_LIST_FIELDS = tuple(f.name for f in fields(RunRecord) if checkpointing(f.name) == "appended")
+"""Lists stored as their new items (`"appended"` fields); everything else is diffed."""
 
 
 def _dumps(value: Any) -> str:
@@ -130,39 +131,20 @@ class CheckpointWriter:
         return {"from": start, "items": fresh}
 
 
-_FROZEN_FIELDS = frozenset(
-    {"settings", "last_reply", "usage", "error", "stall_state", "pending_calls"}
-)
-"""Fields whose value is replaced, never changed in place (frozen records, and the
-detector state and pending calls, which phases only ever reassign): converted once
-per value, not at every checkpoint."""
-
-
 def state_plain(
     record: RunRecord, frozen: dict[str, tuple[Any, Plain]] | None = None
 ) -> dict[str, Plain]:
     """The record's plain form minus the lists checkpointed on their own.
 
-    `frozen` remembers the plain form of the frozen fields by the value they
-    held, so a checkpoint converts only what changed. The last reply's content
-    is usually the last message verbatim; it is then stored as a reference to
-    that message instead of a second copy.
+    Each field is stored by its declared rule (`RunRecord` field metadata, see
+    `machine.run.Checkpointing`): `replaced` values are converted once per value
+    (`frozen` remembers them by identity), groups of fields are walked field by
+    field, `not_stored` fields are left out. The last reply's content is usually
+    the last message verbatim; it is then stored as a reference to that message
+    instead of a second copy.
     """
     cache = frozen if frozen is not None else {}
-    plain: dict[str, Plain] = {}
-    for f in fields(record):
-        if not f.init or f.name in _LIST_FIELDS:
-            continue
-        value = getattr(record, f.name)
-        if f.name in _FROZEN_FIELDS:
-            known = cache.get(f.name)
-            if known is None or known[0] is not value:
-                known = cache[f.name] = (value, to_plain(value, f.name))
-            # the last reply's dict gets its content swapped below: copy that level only
-            copied = f.name == "last_reply" and known[1] is not None
-            plain[f.name] = dict(known[1]) if copied else known[1]
-        else:
-            plain[f.name] = to_plain(value, f.name)
+    plain = _fields_plain(record, "", cache)
     del plain["seq"], plain["state"]  # in every body already, as seq and state_name
     reply, messages = record.last_reply, record.messages
     if reply is not None:
@@ -170,8 +152,27 @@ def state_plain(
         for index in range(len(messages) - 1, max(len(messages) - 3, -1), -1):
             if messages[index].get("role") == "assistant":
                 if messages[index].get("content") == content:
-                    plain["last_reply"]["content"] = {_MESSAGE_REF: index}
+                    plain["last_reply"] = {**plain["last_reply"], "content": {_MESSAGE_REF: index}}
                 break
+    return plain
+
+
+def _fields_plain(obj: Any, prefix: str, cache: dict[str, tuple[Any, Plain]]) -> dict[str, Plain]:
+    plain: dict[str, Plain] = {}
+    for f in fields(obj):
+        rule = f.metadata.get("checkpoint", "diffed")
+        if not f.init or rule in ("appended", "not_stored"):
+            continue
+        value, path = getattr(obj, f.name), prefix + f.name
+        if rule == "replaced":
+            known = cache.get(path)
+            if known is None or known[0] is not value:
+                known = cache[path] = (value, to_plain(value, path))
+            plain[f.name] = known[1]
+        elif is_dataclass(value) and not isinstance(value, type):
+            plain[f.name] = _fields_plain(value, path + ".", cache)
+        else:
+            plain[f.name] = to_plain(value, path)
     return plain
 
 

@@ -16,6 +16,7 @@ import inspect
 from typing import Literal
 
 from statemachine_agent.machine.context import PhaseContext
+from statemachine_agent.machine.failures import ComponentError
 from statemachine_agent.policy.approval import (
     Approve,
     Defer,
@@ -44,7 +45,7 @@ class Act:
     async def run(self, ctx: PhaseContext) -> Literal["tools_done"]:
         run, deps = ctx.state, ctx.deps
         done = {outcome.tool_use_id for outcome in run.outcomes}
-        run.awaiting = []
+        run.approval.awaiting = []
         to_run: list[ToolCall] = []
         admitted: dict[str, int] = {}
         for call in run.pending_calls:
@@ -134,12 +135,17 @@ class Act:
         if tool is None or not tool.requires_approval:
             return call
         answer: PolicyAnswer
-        if call.id in run.decisions:
-            answer = decision_from_plain(run.decisions.pop(call.id))
+        if call.id in run.approval.decisions:
+            answer = decision_from_plain(run.approval.decisions.pop(call.id))
             source = "resume"
         elif deps.approval is not None:
-            reply = deps.approval(call)
-            answer = await reply if inspect.isawaitable(reply) else reply
+            try:
+                reply = deps.approval(call)
+                answer = await reply if inspect.isawaitable(reply) else reply
+                if not isinstance(answer, Approve | Deny | Edit | Defer):
+                    raise TypeError(f"answered {type(answer).__name__}, not a decision")
+            except Exception as exc:
+                raise ComponentError("approval policy", exc) from exc
             source = "policy"
         else:
             answer, source = Defer(), "default"
@@ -153,7 +159,7 @@ class Act:
         if isinstance(answer, Deny):
             return ToolOutcome(tool_use_id=call.id, name=call.name, content=answer.message,
                                is_error=True, error_kind="denied")  # fmt: skip
-        run.awaiting.append(call.id)
+        run.approval.awaiting.append(call.id)
         return None
 
     def _record(self, ctx: PhaseContext, call: ToolCall, outcome: ToolOutcome) -> None:

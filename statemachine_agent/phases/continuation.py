@@ -24,8 +24,8 @@ class Continue:
 
     async def run(self, ctx: PhaseContext) -> Literal["continued"]:
         run = ctx.state
-        run.continuations += 1
-        run.partial_text += run.last_reply.text if run.last_reply else ""
+        run.continuation.count += 1
+        run.continuation.partial_text += run.last_reply.text if run.last_reply else ""
         add_user_text(run.messages, CONTINUE_NOTICE)
-        ctx.emitter.emit("context.continued", iteration=run.iteration, count=run.continuations)
+        ctx.emitter.emit("context.continued", iteration=run.iteration, count=run.continuation.count)
         return "continued"

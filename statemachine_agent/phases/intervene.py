@@ -30,21 +30,21 @@ class Intervene:
     async def run(self, ctx: PhaseContext) -> Literal["intervened"]:
         run = ctx.state
         policy = run.settings.stall
-        finding = dict(run.stall or {})
+        finding = dict(run.stall.finding or {})
         if policy is not None:
             detector = ctx.detector(policy)
             detector.acknowledge()
-            run.stall_state = detector.to_state()
-        run.interventions += 1
-        allowed = policy.max_interventions if policy else run.interventions
-        add_user_text(run.messages, intervention_text(finding, run.interventions, allowed))
+            run.stall.observations = detector.to_state()
+        run.stall.interventions += 1
+        allowed = policy.max_interventions if policy else run.stall.interventions
+        add_user_text(run.messages, intervention_text(finding, run.stall.interventions, allowed))
         ctx.emitter.emit(
             "stall.intervened",
             iteration=run.iteration,
-            intervention=run.interventions,
+            intervention=run.stall.interventions,
             pattern=finding.get("pattern"),
             tool=finding.get("tool"),
             count=finding.get("count"),
         )
-        run.stall = None
+        run.stall.finding = None
         return "intervened"

@@ -26,9 +26,9 @@ class Observe:
             detector = ctx.detector(policy)
             for call, outcome in zip(run.pending_calls, run.outcomes, strict=True):
                 detector.record(call.name, call.input, outcome.content, is_error=outcome.is_error)
-            run.stall_state = detector.to_state()
+            run.stall.observations = detector.to_state()
             finding = detector.is_stalled()
-            run.stall = finding.to_dict() if finding else None
+            run.stall.finding = finding.to_dict() if finding else None
             if finding is not None:
                 ctx.emitter.emit("stall.detected", iteration=run.iteration, **finding.to_dict())
         run.pending_calls = []

@@ -12,9 +12,9 @@ import json
 from typing import Literal
 
 from statemachine_agent.context.notices import add_user_text
+from statemachine_agent.machine.calls import call_model
 from statemachine_agent.machine.context import PhaseContext
 from statemachine_agent.models.base import JSON, ModelError, ModelRequest
-from statemachine_agent.phases.reason import charge
 
 PROGRESS_CHECK = (
     "[reflection] Before the next step, check your progress:\n"
@@ -72,8 +72,7 @@ class Reflect:
 
     async def _critique(self, ctx: PhaseContext) -> str:
         """Ask the critic model; its usage counts against the run's budget."""
-        run, deps = ctx.state, ctx.deps
-        critic = deps.critic
+        run, critic = ctx.state, ctx.deps.critic
         assert critic is not None
         request = ModelRequest(
             model=critic.name,
@@ -82,21 +81,8 @@ class Reflect:
             messages=[{"role": "user", "content": transcript(run.messages)}],
         )
         try:
-            reply = await deps.effects.call_model(critic, request)
+            reply = await call_model(ctx, request, purpose="critic", model=critic)
         except ModelError as exc:
             ctx.emitter.emit("reflection.failed", iteration=run.iteration, error=exc.describe())
             return ""
-        cost = charge(ctx, reply, iteration=False)
-        ctx.emitter.emit(
-            "model.replied",
-            iteration=run.iteration,
-            purpose="critic",
-            model=reply.model or request.model,
-            stop_reason=reply.stop_reason,
-            content=list(reply.content),
-            usage=reply.usage.to_dict(),
-            cost_usd=cost,
-            request_id=reply.request_id,
-            message_id=reply.id,
-        )
         return reply.text.strip()

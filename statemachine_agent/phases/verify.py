@@ -3,7 +3,9 @@
 The verifier sees the claim (final text or finish input) and the history and
 answers with a `Verdict`. A rejection sends its feedback back to the model and
 the loop goes on; too many rejections end the run in `failed` with the last
-feedback as the reason.
+feedback as the reason. A verifier that raises (or answers something that is not
+a `Verdict`) ends the run in `failed` naming it: a check that cannot be made is
+not a rejection the model could fix.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Literal
 
 from statemachine_agent.context.notices import add_user_text
 from statemachine_agent.machine.context import PhaseContext
+from statemachine_agent.machine.failures import ComponentError
 from statemachine_agent.policy.verify import Claim, Verdict
 
 
@@ -25,7 +28,7 @@ class Verify:
         text = (
             str(run.finish.get("summary") or "")
             if run.finish is not None
-            else run.partial_text + (run.last_reply.text if run.last_reply else "")
+            else run.continuation.partial_text + (run.last_reply.text if run.last_reply else "")
         )
         claim = Claim(
             via=via,
@@ -42,17 +45,21 @@ class Verify:
             try:
                 answer = verifier(claim)
                 verdict = await answer if inspect.isawaitable(answer) else answer
+                if not isinstance(verdict, Verdict):
+                    raise TypeError(f"returned {type(verdict).__name__}, not a Verdict")
             except Exception as exc:
-                verdict = Verdict(
-                    ok=False, feedback=f"the verifier raised {type(exc).__name__}: {exc}"
-                )
-        run.verdict = {"ok": bool(verdict.ok), "feedback": verdict.feedback, "via": via}
+                raise ComponentError("verifier", exc) from exc
+        run.verification.verdict = {
+            "ok": bool(verdict.ok),
+            "feedback": verdict.feedback,
+            "via": via,
+        }
         ctx.emitter.emit("verify.checked", iteration=run.iteration, ok=bool(verdict.ok),
                          feedback=verdict.feedback, via=via)  # fmt: skip
         if not verdict.ok:
-            run.rejections += 1
+            run.verification.rejections += 1
             run.finish = None
-            run.partial_text = ""
+            run.continuation.partial_text = ""
             add_user_text(
                 run.messages,
                 "[verifier] Your result was checked and did not pass: "
