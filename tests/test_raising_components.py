@@ -19,10 +19,12 @@ from hypothesis import strategies as st
 from statemachine_agent import (
     Agent,
     Approve,
+    Audit,
     Budget,
     MemoryCheckpointer,
     ModelReply,
     ModelRequest,
+    ReflectionPolicy,
     ScriptedModel,
     tool,
 )
@@ -133,12 +135,14 @@ def build(component: str, trap: Trap) -> Agent:
     options: dict[str, Any] = {
         "budget": TrapBudget(trap) if component == "guard" else Budget(max_iterations=6),
         "checkpointer": TrapStore(mine["checkpointer"]),
-        "sinks": [TrapSink(mine["sink"])],
-        "reflection_interval": 1,
-        "critic": TrapModel(ScriptedModel([replies.text("fine")] * 5), mine["critic"]),
+        "audit": Audit(
+            sinks=[TrapSink(mine["sink"])],
+            logger=TrapLogger(trap) if component == "logger" else None,
+        ),
+        "reflection": ReflectionPolicy(
+            1, critic=TrapModel(ScriptedModel([replies.text("fine")] * 5), mine["critic"])
+        ),
     }
-    if component == "logger":
-        options["logger"] = TrapLogger(trap)
 
     def verifier(claim: Any) -> Verdict:
         if mine["verifier"] is not None:
@@ -151,7 +155,7 @@ def build(component: str, trap: Trap) -> Agent:
         return Approve()
 
     model = TrapModel(ScriptedModel(list(SCRIPT)), mine["model"])
-    return Agent(model, tools=[deploy], verifier=verifier, approval=approval, **options)
+    return Agent(model, tools=[deploy], verify=verifier, approval=approval, **options)
 
 
 @settings(max_examples=60, deadline=None)
