@@ -31,6 +31,7 @@ from statemachine_agent.machine.resume import prepare_resume
 from statemachine_agent.machine.run import RunRecord
 from statemachine_agent.machine.settings import RunSettings
 from statemachine_agent.models.base import DEFAULT_MAX_TOKENS, JSON, Model
+from statemachine_agent.output import DEFAULT_OUTPUT_RETRIES, OUTPUT_TOOL, output_spec
 from statemachine_agent.persistence.base import Checkpointer, MemoryCheckpointer, load_record
 from statemachine_agent.persistence.delta import CheckpointWriter
 from statemachine_agent.persistence.sqlite import SQLiteCheckpointer
@@ -65,6 +66,7 @@ class Agent:
         "_deps",
         "_engine",
         "_name",
+        "_outputs",
         "_redactor",
         "_reflection",
         "_settings",
@@ -90,6 +92,8 @@ class Agent:
         audit: Audit | str | PathLike[str] | None = None,
         max_tokens: int = DEFAULT_MAX_TOKENS,
         max_continuations: int = 0,
+        output_type: Any = None,
+        output_retries: int = DEFAULT_OUTPUT_RETRIES,
         fallback_models: Sequence[Model | str] = (),
         request_options: Mapping[str, Any] | None = None,
         cache_prompt: bool = True,
@@ -118,6 +122,10 @@ class Agent:
                 folder (`Audit(dir=folder)`: each run to `<folder>/<run_id>.jsonl`).
             max_tokens: the output limit of each model call of the loop.
             max_continuations: times a text reply cut at max_tokens is continued.
+            output_type: the type the answer must validate against (a pydantic model,
+                a dataclass, a `TypedDict`, or a JSON schema dict): the model answers
+                by calling a `final_result` tool, and `result.output` is the typed value.
+            output_retries: invalid final answers tolerated before the run fails.
             fallback_models: tried in order on overload or rate limit.
             request_options: further Messages API parameters (temperature, ...).
             cache_prompt: put `cache_control` breakpoints on the prompt.
@@ -154,6 +162,7 @@ class Agent:
             reflection_interval=reflection.interval if reflection is not None else None,
             has_critic=critic is not None,
             max_continuations=max_continuations,
+            output_retries=output_retries,
         )
         if verify is not None:
             settings = dataclasses.replace(
@@ -170,6 +179,7 @@ class Agent:
                 price_table.require(priced.name)
         secrets = [getattr(m, "api_key", None) or "" for m in keyed]
         self._redactor = Redactor(secrets=secrets, keys=audit.redact)
+        self._outputs: dict[int, AgentDeps] = {}
         self._deps = AgentDeps(
             model=model,
             tools=registry,
@@ -186,7 +196,18 @@ class Agent:
             approval=approval,
             checkpointer=store,
         )
+        if output_type is not None:
+            self._deps = _with_output(self._deps, output_type)
         self._engine = Engine()
+
+    def _deps_for(self, output_type: Any) -> AgentDeps:
+        """The services of one run: the agent's own, or with a per-run output type."""
+        if output_type is None:
+            return self._deps
+        cached = self._outputs.get(id(output_type))
+        if cached is None or cached.output is None or cached.output.output_type is not output_type:
+            cached = self._outputs[id(output_type)] = _with_output(self._deps, output_type)
+        return cached
 
     def __repr__(self) -> str:
         return f"<Agent {self.name} model={self.model.name} tools={list(self.tools.names)}>"
@@ -286,6 +307,16 @@ class Agent:
         return self._settings.max_continuations
 
     @property
+    def output_type(self) -> Any:
+        """The type the answer must validate against (None: a free-text answer)."""
+        output = self._deps.output
+        return output.output_type if output is not None else None
+
+    @property
+    def output_retries(self) -> int:
+        return self._settings.output_retries
+
+    @property
     def fallback_models(self) -> tuple[Model, ...]:
         return tuple(self._deps.fallback_models)
 
@@ -322,6 +353,7 @@ class Agent:
         cancel: CancelToken | None = None,
         deadline: float | None = None,
         run_id: str | None = None,
+        output_type: Any = None,
     ) -> RunResult:
         """Run to an end state and return its result (blocking).
 
@@ -329,7 +361,14 @@ class Agent:
         framework callback): the run then happens on a worker thread.
         """
         return _blocking(
-            self.arun(prompt, history=history, cancel=cancel, deadline=deadline, run_id=run_id)
+            self.arun(
+                prompt,
+                history=history,
+                cancel=cancel,
+                deadline=deadline,
+                run_id=run_id,
+                output_type=output_type,
+            )
         )
 
     async def arun(
@@ -340,11 +379,13 @@ class Agent:
         cancel: CancelToken | None = None,
         deadline: float | None = None,
         run_id: str | None = None,
+        output_type: Any = None,
     ) -> RunResult:
         """Run to an end state and return its result.
 
         `deadline` (seconds) cancels the run at the next boundary once it passes;
-        `cancel` lets the host cancel it from anywhere (`CancelToken.cancel()`).
+        `cancel` lets the host cancel it from anywhere (`CancelToken.cancel()`);
+        `output_type` overrides the agent's for this run (pass it to `resume` too).
         """
         run_id = run_id or new_run_id()
         if self.checkpointer is not None and self.checkpointer.bodies(run_id):
@@ -355,7 +396,9 @@ class Agent:
             messages=with_prompt(history, prompt),
             turn=1 + sum(1 for m in history if _is_user_prompt(m)),
         )
-        return await self._drive(record, cancel=cancel, deadline=deadline)
+        return await self._drive(
+            record, cancel=cancel, deadline=deadline, deps=self._deps_for(output_type)
+        )
 
     def start(
         self,
@@ -378,9 +421,12 @@ class Agent:
         *,
         decisions: Mapping[str, Decision] | None = None,
         cancel: CancelToken | None = None,
+        output_type: Any = None,
     ) -> RunResult:
         """Continue a checkpointed run (blocking); see `aresume`."""
-        return _blocking(self.aresume(run_id, decisions=decisions, cancel=cancel))
+        return _blocking(
+            self.aresume(run_id, decisions=decisions, cancel=cancel, output_type=output_type)
+        )
 
     async def aresume(
         self,
@@ -388,6 +434,7 @@ class Agent:
         *,
         decisions: Mapping[str, Decision] | None = None,
         cancel: CancelToken | None = None,
+        output_type: Any = None,
     ) -> RunResult:
         """Continue a run from its last checkpoint, in this process or any other.
 
@@ -404,7 +451,9 @@ class Agent:
         record = load_record(self.checkpointer, run_id)
         writer = CheckpointWriter.resumed(record)  # before the record is set up to go on,
         prepare_resume(record, decisions or {})  # so that setup is checkpointed too
-        return await self._drive(record, cancel=cancel, writer=writer)
+        return await self._drive(
+            record, cancel=cancel, writer=writer, deps=self._deps_for(output_type)
+        )
 
     async def _drive(
         self,
@@ -413,6 +462,7 @@ class Agent:
         cancel: CancelToken | None,
         deadline: float | None = None,
         writer: CheckpointWriter | None = None,
+        deps: AgentDeps | None = None,
     ) -> RunResult:
         """Drive a record to its end; `writer` (of its checkpoints so far) means a resume."""
         if deadline is not None:
@@ -427,7 +477,7 @@ class Agent:
             own = JsonlSink(run_file)
             sinks.append(own)
         emitter = Emitter(record.run_id, sinks=sinks, redactor=self._redactor, logger=audit.logger)
-        ctx = PhaseContext(state=record, deps=self._deps, emitter=emitter)
+        ctx = PhaseContext(state=record, deps=deps or self._deps, emitter=emitter)
         ctx.writer = writer
         try:
             return await self._engine.drive(
@@ -581,6 +631,17 @@ def _read_only(name: str) -> str:
 
 SETTINGS: tuple[str, ...] = tuple(inspect.signature(Agent.__init__).parameters)[1:]
 """The agent's settings: its constructor's parameters, each a read-only property."""
+
+
+def _with_output(deps: AgentDeps, output_type: Any) -> AgentDeps:
+    """The services with `output_type` as the answer's type: its `final_result` tool
+    replaces any other output type's."""
+    spec = output_spec(output_type)
+    tools = [t for t in deps.tools if t.name != OUTPUT_TOOL]
+    registry = ToolRegistry(
+        [*tools, spec.tool()], max_result_chars=deps.context.max_tool_result_chars
+    )
+    return dataclasses.replace(deps, tools=registry, output=spec)
 
 
 def _is_user_prompt(message: Mapping[str, Any]) -> bool:

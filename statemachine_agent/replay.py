@@ -10,6 +10,8 @@ audit trail rather than a log: it can be checked, not only read.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +23,7 @@ from statemachine_agent.machine.result import RunResult
 from statemachine_agent.machine.settings import RunSettings
 from statemachine_agent.models.base import Model, ModelReply, ModelRequest
 from statemachine_agent.models.replay import ReplayDivergenceError, ReplayModel
+from statemachine_agent.output import OUTPUT_TOOL
 from statemachine_agent.persistence.codec import from_plain
 from statemachine_agent.policy.approval import Approve, Defer, Deny, PolicyAnswer
 from statemachine_agent.policy.reflection import ReflectionPolicy
@@ -79,6 +82,9 @@ class ReplayEffects:
             if outcome is None:
                 self.divergence = self.divergence or f"tool call {call.id} is not in the record"
                 raise ReplayDivergenceError(self.divergence)
+            found = registry.get(call.name)
+            if found is not None and found.ends_run and not outcome.is_error:
+                outcome = dataclasses.replace(outcome, data=_recorded_data(outcome.content))
             if on_outcome is not None:
                 on_outcome(call, outcome)
             outcomes.append(outcome)
@@ -89,6 +95,14 @@ class ReplayEffects:
         value = self._clock[min(self._tick, len(self._clock) - 1)]
         self._tick += 1
         return value
+
+
+def _recorded_data(content: str) -> Any:
+    """A run-ending tool's structured result, as its recorded JSON text gives it back."""
+    try:
+        return json.loads(content)
+    except ValueError:
+        return content
 
 
 def _steps(records: Sequence[Mapping[str, Any]]) -> list[Step]:
@@ -119,6 +133,14 @@ def _stub_tools(started: Mapping[str, Any]) -> ToolRegistry:
             )
         )
     return registry
+
+
+def _recorded_output_schema(started: Mapping[str, Any]) -> Any:
+    """The schema of the recorded run's final-answer tool, if it had an output type."""
+    for definition in started.get("tools") or []:
+        if definition.get("name") == OUTPUT_TOOL:
+            return dict(definition.get("input_schema") or {})
+    return None
 
 
 def _reflection(
@@ -161,8 +183,13 @@ def _recorded_approvals(events: Sequence[Mapping[str, Any]]) -> Callable[[ToolCa
     return policy
 
 
-def replay(audit: str | Path) -> ReplayReport:
-    """Re-run the run recorded in `audit` offline and compare its transitions."""
+def replay(audit: str | Path, *, output_type: Any = None) -> ReplayReport:
+    """Re-run the run recorded in `audit` offline and compare its transitions.
+
+    A run with an output type replays with it: `output_type` rebuilds the typed
+    answer (`report.result.output`); without it, the recorded `final_result`
+    schema is used and the answer is its JSON form.
+    """
     events = read_events(Path(audit))
     started = next((e for e in events if e["event"] == "run.started"), None)
     if started is None:
@@ -186,6 +213,8 @@ def replay(audit: str | Path) -> ReplayReport:
             else None
         ),
         max_continuations=settings.max_continuations,
+        output_type=output_type or _recorded_output_schema(started),
+        output_retries=settings.output_retries,
         approval=_recorded_approvals(events),
         effects=effects,
     )

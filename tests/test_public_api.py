@@ -75,6 +75,7 @@ EXPORTED = [
     "ModelReply",
     "ModelRequest",
     "OpenAIModel",
+    "OutputTypeError",
     "PolicyAnswer",
     "PostgresCheckpointer",
     "Price",

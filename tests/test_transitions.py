@@ -100,6 +100,10 @@ def _retried(run: RunRecord) -> None:
     run.overflow_retried = True
 
 
+def _answers_rejected(run: RunRecord) -> None:
+    run.invalid_answers = run.settings.output_retries + 1
+
+
 def _awaiting(run: RunRecord) -> None:
     run.approval.awaiting = ["toolu_1"]
 
@@ -169,6 +173,7 @@ ARRANGEMENTS: dict[tuple[str, str, str, tuple[str, ...]], Arrange] = {
     ("reason", "model_failed", "failed", ()): _error(False),
     ("act", "tools_done", "cancelled", ("cancel_requested",)): _cancel,
     ("act", "tools_done", "failed", ("tool_failed_fatally",)): _fatal,
+    ("act", "tools_done", "failed", ("answer_retries_exhausted",)): _answers_rejected,
     ("act", "tools_done", "awaiting_approval", ("approval_pending",)): _awaiting,
     ("act", "tools_done", "observe", ()): _nothing,
     ("observe", "observed", "cancelled", ("cancel_requested",)): _cancel,

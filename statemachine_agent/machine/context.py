@@ -17,6 +17,7 @@ from statemachine_agent.effects.base import Effects
 from statemachine_agent.machine.run import RunRecord
 from statemachine_agent.machine.table import Row
 from statemachine_agent.models.base import Model, ModelRequest
+from statemachine_agent.output import OutputSpec
 from statemachine_agent.persistence.base import Checkpointer
 from statemachine_agent.persistence.delta import CheckpointWriter
 from statemachine_agent.policy.approval import ApprovalPolicy
@@ -47,6 +48,8 @@ class AgentDeps:
     verifier: Callable[[Claim], Verdict | Awaitable[Verdict]] | None = None
     approval: ApprovalPolicy | None = None
     checkpointer: Checkpointer | None = None
+    output: OutputSpec | None = None
+    """The run's output type, when its answer must validate (`Agent(output_type=...)`)."""
 
 
 @dataclass(slots=True)

@@ -25,6 +25,8 @@ class Ending:
     reason: str
     data: Any = None
     details: dict[str, Any] | None = None
+    output: Any = None
+    """The typed answer, when the run has an output type and the model gave one."""
 
 
 Handler = Callable[[PhaseContext], Awaitable[Ending]]
@@ -54,7 +56,7 @@ async def finished(ctx: PhaseContext) -> Ending:
     reason = f"the model called finish with status {status!r}"
     if ctx.state.verification.verdict is not None:
         reason += " and the verifier accepted the result"
-    return Ending(summary, reason, data=data)
+    return Ending(summary, reason, data=data, output=typed_output(ctx))
 
 
 async def budget_exhausted(ctx: PhaseContext) -> Ending:
@@ -142,6 +144,13 @@ async def failed(ctx: PhaseContext) -> Ending:
             f"failed: tool {run.fatal_tool!r} failed and is configured to end the run: {detail}",
             details={"tool": run.fatal_tool, "error": detail},
         )
+    if run.invalid_answers > run.settings.output_retries:
+        errors = run.notes.get("answer_errors", "")
+        return Ending(
+            "",
+            f"failed: the final answer was rejected {run.invalid_answers} times; last: {errors}",
+            details={"invalid_answers": run.invalid_answers, "errors": errors},
+        )
     checked = run.verification
     if checked.verdict is not None and not checked.verdict.get("ok"):
         feedback = checked.verdict.get("feedback") or "no reason given"
@@ -186,6 +195,18 @@ async def awaiting_approval(ctx: PhaseContext) -> Ending:
         f"waiting for approval of {len(pending)} tool call(s): {names}",
         details={"pending": pending},
     )
+
+
+def typed_output(ctx: PhaseContext) -> Any:
+    """The typed value of the run's answer, built again from its checkpointed JSON form
+    (None without an output type, or when the answer came through another tool)."""
+    spec, finish = ctx.deps.output, ctx.state.finish
+    if spec is None or finish is None:
+        return None
+    try:
+        return spec.rebuild(finish.get("result"))
+    except Exception:
+        return None
 
 
 def _handler_of(name: str) -> Handler:

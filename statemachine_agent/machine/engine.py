@@ -312,6 +312,7 @@ class Engine:
             audit_path=run.audit_path,
             details=ending.details,
             chat_ended=run.chat_ended,
+            output=ending.output,
         )
         ctx.emitter.emit(
             "run.ended",

@@ -138,6 +138,11 @@ def can_compact(run: RunRecord) -> bool:
     return run.settings.context.retry_on_overflow and not run.overflow_retried
 
 
+def answer_retries_exhausted(run: RunRecord) -> bool:
+    """The model's final answer was rejected more often than the run allows."""
+    return run.invalid_answers > run.settings.output_retries
+
+
 def approval_pending(run: RunRecord) -> bool:
     """Some tool calls wait for a human decision."""
     return bool(run.approval.awaiting)
@@ -220,6 +225,7 @@ GUARDS: Mapping[str, Guard] = {
         can_continue,
         can_compact,
         tool_failed_fatally,
+        answer_retries_exhausted,
         approval_pending,
         stall_detected,
         stall_persists,

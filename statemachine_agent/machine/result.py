@@ -36,6 +36,8 @@ class RunResult:
     details: dict[str, Any] | None = None
     """End-state specific facts: error status and request id, refusal details, ..."""
     chat_ended: bool = False
+    output: Any = None
+    """The typed answer (an instance of the run's `output_type`), when it has one."""
     """The model called `end_chat`: a `Conversation` stops after this turn."""
 
     @property

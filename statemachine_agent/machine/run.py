@@ -187,6 +187,8 @@ class RunRecord:
     blocked_calls: int = 0
     """Calls refused because their tool reached its per-tool limit."""
     fatal_tool: str | None = None
+    invalid_answers: int = 0
+    """Calls of a run-ending tool (`finish`, `final_result`) whose input was rejected."""
     """A tool configured to fail the run failed; the run ends in `failed` naming it."""
     stall: StallTrack = field(default_factory=StallTrack)
     last_reflection: int = 0

@@ -27,10 +27,12 @@ class RunSettings:
     max_rejections: int = 2
     """Verifier rejections allowed before the run ends in `failed`."""
     max_continuations: int = 0
+    output_retries: int = 3
+    """Invalid final answers (a run-ending tool's input rejected) before `failed`."""
     """Times a text reply cut at max_tokens is continued before ending in `truncated`."""
 
     def __post_init__(self) -> None:
         if self.reflection_interval is not None and self.reflection_interval < 1:
             raise ValueError("reflection_interval must be at least 1 or None")
-        if self.max_rejections < 0 or self.max_continuations < 0:
-            raise ValueError("max_rejections and max_continuations must be >= 0")
+        if min(self.max_rejections, self.max_continuations, self.output_retries) < 0:
+            raise ValueError("max_rejections, max_continuations and output_retries must be >= 0")

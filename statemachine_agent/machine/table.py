@@ -111,6 +111,8 @@ ROWS: tuple[Row, ...] = (
         "Cancelled while tools ran; their outcomes are kept."),
     Row("act", "tools_done", "failed", ("tool_failed_fatally",),
         "A tool configured with on_error='fail' failed."),
+    Row("act", "tools_done", "failed", ("answer_retries_exhausted",),
+        "The final answer failed validation more often than output_retries allows."),
     Row("act", "tools_done", "awaiting_approval", ("approval_pending",),
         "Calls wait for a human; the run pauses, checkpointed, until resumed."),
     Row("act", "tools_done", "observe", (),

@@ -25,7 +25,10 @@ from statemachine_agent.policy.approval import (
     PolicyAnswer,
     decision_from_plain,
 )
-from statemachine_agent.tools.base import ToolCall, ToolOutcome
+from statemachine_agent.tools.base import ErrorKind, ToolCall, ToolOutcome
+
+ANSWER_ERRORS: frozenset[ErrorKind] = frozenset({"invalid_input", "raised"})
+"""Failures of a run-ending tool that mean its input (the answer) was rejected."""
 
 
 class Act:
@@ -174,6 +177,10 @@ class Act:
             "duration_s": outcome.duration_s,
         }
         if outcome.is_error:
+            tool = ctx.deps.tools.get(call.name)
+            if tool is not None and tool.ends_run and outcome.error_kind in ANSWER_ERRORS:
+                run.invalid_answers += 1
+                run.notes["answer_errors"] = outcome.content
             ctx.emitter.emit(
                 "tool.failed", **fields, error_kind=outcome.error_kind, fatal=outcome.fatal
             )

@@ -65,6 +65,8 @@ def build_request(
         tools = cache_last_tool(tools)
     if deps.cache_prompt and policy.cache_history:
         messages = cache_latest_message(messages)
+    if tool_choice is None and deps.output is not None:
+        tool_choice = {"type": "any"}  # the answer is a call of final_result, never bare text
     extra = dict(deps.request_options)
     if policy.server_edits is not None:
         extra["context_management"] = dict(policy.server_edits)

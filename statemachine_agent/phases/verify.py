@@ -15,6 +15,7 @@ from typing import Literal
 
 from statemachine_agent.context.notices import add_user_text
 from statemachine_agent.machine.context import PhaseContext
+from statemachine_agent.machine.endings import typed_output
 from statemachine_agent.machine.failures import ComponentError
 from statemachine_agent.policy.verify import Claim, Verdict
 
@@ -37,6 +38,7 @@ class Verify:
             messages=tuple(run.messages),
             iteration=run.iteration,
             run_id=run.run_id,
+            output=typed_output(ctx),
         )
         verifier = deps.verifier
         if verifier is None:

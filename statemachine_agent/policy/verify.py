@@ -34,6 +34,8 @@ class Claim:
     messages: Sequence[JSON]
     iteration: int
     run_id: str
+    output: Any = None
+    """The typed answer (an instance of the run's `output_type`), when it has one."""
 
 
 Verifier = Callable[[Claim], Verdict | Awaitable[Verdict]]
