@@ -21,9 +21,9 @@ from statemachine_agent.machine.resume import RunAlreadyEndedError
 from statemachine_agent.machine.run import TransitionRecord
 from statemachine_agent.models.anthropic import AnthropicModel, MissingAPIKeyError
 from statemachine_agent.models.base import Model, ModelError, ModelReply, ModelRequest, Usage
-from statemachine_agent.output import OutputTypeError
 from statemachine_agent.models.replay import ReplayDivergenceError, ReplayModel
 from statemachine_agent.models.scripted import ScriptedModel
+from statemachine_agent.output import OutputTypeError
 from statemachine_agent.persistence.base import (
     Checkpointer,
     MemoryCheckpointer,
