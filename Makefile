@@ -16,8 +16,8 @@ demo: $(STAMP)
 	$(BIN)/statemachine-agent demo
 
 lint: $(STAMP)
-	$(BIN)/ruff check statemachine_agent tests examples
-	$(BIN)/ruff format --check statemachine_agent tests examples
+	$(BIN)/ruff check statemachine_agent tests examples benchmarks
+	$(BIN)/ruff format --check statemachine_agent tests examples benchmarks
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

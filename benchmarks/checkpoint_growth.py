@@ -51,7 +51,7 @@ def wchar() -> int | None:
 
 
 class CheckpointClock:
-    """Times every `PhaseContext.checkpoint()` call (delta + store), patched in this process only."""
+    """Times every `PhaseContext.checkpoint()` call (delta and store), in this process only."""
 
     def __init__(self) -> None:
         self.seconds = 0.0
