@@ -139,6 +139,8 @@ def configure_logging(stream: TextIO = sys.stdout) -> None:
 
 class StartRun(BaseModel):
     prompt: str = Field(min_length=1)
+    user: str | None = None
+    """Who asked: stamped on every audit event of the run as its metadata."""
 
 
 class PendingCall(BaseModel):
@@ -277,7 +279,8 @@ def create_app(
 
     @app.post("/runs")
     async def start_run(body: StartRun) -> RunOutcome:
-        result = await agent.arun(body.prompt)
+        metadata = {"user": body.user} if body.user else None  # on every event and checkpoint
+        result = await agent.arun(body.prompt, metadata=metadata)
         return outcome(result)
 
     @app.get("/runs/{run_id}")

@@ -50,6 +50,7 @@ from statemachine_agent.policy.stall import StallPolicy
 from statemachine_agent.policy.verify import Claim, Verdict, Verifier, VerifyPolicy
 from statemachine_agent.tools.base import Tool, ToolCall, ToolOutcome
 from statemachine_agent.tools.builtin import calculate, end_chat, finish, get_current_time
+from statemachine_agent.tools.context import RunContext
 from statemachine_agent.tools.decorator import tool
 from statemachine_agent.tools.registry import ToolError, ToolRegistry
 
@@ -112,6 +113,7 @@ __all__ = [
     "ReplayDivergenceError",
     "ReplayModel",
     "RunAlreadyEndedError",
+    "RunContext",
     "RunHandle",
     "RunNotFoundError",
     "RunResult",

@@ -16,7 +16,7 @@ from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from os import PathLike
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from statemachine_agent.audit.config import Audit
 from statemachine_agent.audit.events import Emitter
@@ -33,6 +33,7 @@ from statemachine_agent.machine.settings import RunSettings
 from statemachine_agent.models.base import DEFAULT_MAX_TOKENS, JSON, Model
 from statemachine_agent.output import DEFAULT_OUTPUT_RETRIES, OUTPUT_TOOL, output_spec
 from statemachine_agent.persistence.base import Checkpointer, MemoryCheckpointer, load_record
+from statemachine_agent.persistence.codec import to_plain
 from statemachine_agent.persistence.delta import CheckpointWriter
 from statemachine_agent.persistence.sqlite import SQLiteCheckpointer
 from statemachine_agent.policy.approval import ApprovalPolicy, Decision
@@ -354,8 +355,10 @@ class Agent:
         deadline: float | None = None,
         run_id: str | None = None,
         output_type: Any = None,
+        deps: Any = None,
+        metadata: Mapping[str, Any] | None = None,
     ) -> RunResult:
-        """Run to an end state and return its result (blocking).
+        """Run to an end state and return its result (blocking); see `arun`.
 
         Safe to call where an event loop is already running (a notebook, a
         framework callback): the run then happens on a worker thread.
@@ -368,6 +371,8 @@ class Agent:
                 deadline=deadline,
                 run_id=run_id,
                 output_type=output_type,
+                deps=deps,
+                metadata=metadata,
             )
         )
 
@@ -380,24 +385,40 @@ class Agent:
         deadline: float | None = None,
         run_id: str | None = None,
         output_type: Any = None,
+        deps: Any = None,
+        metadata: Mapping[str, Any] | None = None,
     ) -> RunResult:
         """Run to an end state and return its result.
 
         `deadline` (seconds) cancels the run at the next boundary once it passes;
         `cancel` lets the host cancel it from anywhere (`CancelToken.cancel()`);
         `output_type` overrides the agent's for this run (pass it to `resume` too).
+        `deps` (any object: a user, a database handle) reaches every tool that
+        declares a `RunContext` parameter, and is never stored; `metadata` (JSON:
+        tenant, user, request id) reaches them too, and is stamped on every audit
+        event and checkpoint of the run.
         """
+        record = self._new_record(prompt, history, run_id, metadata)
+        return await self._drive(record, cancel=cancel, deadline=deadline,
+                                 deps=self._deps_for(output_type), host_deps=deps)  # fmt: skip
+
+    def _new_record(
+        self,
+        prompt: str | Sequence[JSON],
+        history: Sequence[JSON],
+        run_id: str | None,
+        metadata: Mapping[str, Any] | None,
+    ) -> RunRecord:
+        """A fresh run's record (its id checked unused, its metadata checked JSON)."""
         run_id = run_id or new_run_id()
         if self.checkpointer is not None and self.checkpointer.bodies(run_id):
             raise ValueError(f"run id {run_id!r} is already stored; resume it or use a new id")
-        record = RunRecord(
+        return RunRecord(
             run_id=run_id,
             settings=self._settings,
             messages=with_prompt(history, prompt),
             turn=1 + sum(1 for m in history if _is_user_prompt(m)),
-        )
-        return await self._drive(
-            record, cancel=cancel, deadline=deadline, deps=self._deps_for(output_type)
+            metadata=_metadata(metadata),
         )
 
     def start(
@@ -406,13 +427,16 @@ class Agent:
         *,
         history: Sequence[JSON] = (),
         run_id: str | None = None,
+        deps: Any = None,
+        metadata: Mapping[str, Any] | None = None,
     ) -> RunHandle:
         """Start a run as an asyncio task and return a handle to cancel or await it."""
         handle_id = run_id or new_run_id()
         token = CancelToken()
         task = asyncio.ensure_future(
-            self.arun(prompt, history=history, cancel=token, run_id=handle_id)
-        )
+            self.arun(prompt, history=history, cancel=token, run_id=handle_id, deps=deps,
+                      metadata=metadata)
+        )  # fmt: skip
         return RunHandle(handle_id, token, task)
 
     def resume(
@@ -422,11 +446,14 @@ class Agent:
         decisions: Mapping[str, Decision] | None = None,
         cancel: CancelToken | None = None,
         output_type: Any = None,
+        deps: Any = None,
+        metadata: Mapping[str, Any] | None = None,
     ) -> RunResult:
         """Continue a checkpointed run (blocking); see `aresume`."""
         return _blocking(
-            self.aresume(run_id, decisions=decisions, cancel=cancel, output_type=output_type)
-        )
+            self.aresume(run_id, decisions=decisions, cancel=cancel, output_type=output_type,
+                         deps=deps, metadata=metadata)
+        )  # fmt: skip
 
     async def aresume(
         self,
@@ -435,25 +462,31 @@ class Agent:
         decisions: Mapping[str, Decision] | None = None,
         cancel: CancelToken | None = None,
         output_type: Any = None,
+        deps: Any = None,
+        metadata: Mapping[str, Any] | None = None,
     ) -> RunResult:
         """Continue a run from its last checkpoint, in this process or any other.
 
         A run that crashed carries on from the state it was in; one waiting for
         approval continues at `act` with `decisions` (`Approve()`, `Deny(msg)`,
         `Edit(input)` by tool_use id); a cancelled one carries on from where it
-        was cancelled. Recorded tool results are never executed again.
+        was cancelled. Recorded tool results are never executed again. The run
+        keeps the metadata it was started with (`metadata` given here is merged
+        over it); `deps` are never stored, so pass them again.
         """
         if self.checkpointer is None:
             raise ValueError(
                 "resume needs a checkpointer: Agent(checkpointer=<a Checkpointer or a "
                 "SQLite file path>)"
             )
+        extra = _metadata(metadata)
         record = load_record(self.checkpointer, run_id)
         writer = CheckpointWriter.resumed(record)  # before the record is set up to go on,
         prepare_resume(record, decisions or {})  # so that setup is checkpointed too
-        return await self._drive(
-            record, cancel=cancel, writer=writer, deps=self._deps_for(output_type)
-        )
+        if extra:
+            record.metadata = {**record.metadata, **extra}
+        return await self._drive(record, cancel=cancel, writer=writer,
+                                 deps=self._deps_for(output_type), host_deps=deps)  # fmt: skip
 
     async def _drive(
         self,
@@ -463,8 +496,10 @@ class Agent:
         deadline: float | None = None,
         writer: CheckpointWriter | None = None,
         deps: AgentDeps | None = None,
+        host_deps: Any = None,
     ) -> RunResult:
-        """Drive a record to its end; `writer` (of its checkpoints so far) means a resume."""
+        """Drive a record to its end; `writer` (of its checkpoints so far) means a resume;
+        `host_deps` are the host's `deps=` for its tools."""
         if deadline is not None:
             cancel = cancel or CancelToken()
             cancel.cancel_after(deadline)
@@ -476,8 +511,10 @@ class Agent:
             record.audit_path = run_file
             own = JsonlSink(run_file)
             sinks.append(own)
-        emitter = Emitter(record.run_id, sinks=sinks, redactor=self._redactor, logger=audit.logger)
-        ctx = PhaseContext(state=record, deps=deps or self._deps, emitter=emitter)
+        emitter = Emitter(record.run_id, sinks=sinks, redactor=self._redactor, logger=audit.logger,
+                          metadata=record.metadata)  # fmt: skip
+        ctx = PhaseContext(state=record, deps=deps or self._deps, emitter=emitter,
+                           host_deps=host_deps)  # fmt: skip
         ctx.writer = writer
         try:
             return await self._engine.drive(
@@ -538,6 +575,15 @@ def with_prompt(history: Sequence[JSON], prompt: str | Sequence[JSON]) -> list[J
         last["content"] = [*list(earlier or []), *blocks]
         return messages
     return [*messages, {"role": "user", "content": blocks}]
+
+
+def _metadata(metadata: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The run's metadata checked: a mapping of JSON values, as every checkpoint holds it."""
+    if metadata is None:
+        return {}
+    if not isinstance(metadata, Mapping):
+        raise TypeError(f"metadata must be a mapping, got {type(metadata).__name__}")
+    return cast("dict[str, Any]", to_plain(dict(metadata), "metadata"))
 
 
 def new_run_id() -> str:

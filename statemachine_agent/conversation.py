@@ -11,6 +11,7 @@ module-level flag.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from statemachine_agent.agent import Agent, _blocking
 from statemachine_agent.machine.engine import CancelToken
@@ -43,29 +44,46 @@ class Conversation:
         """Model calls made over all turns."""
         return sum(result.iterations for result in self.results)
 
-    def send(self, text: str, *, cancel: CancelToken | None = None) -> RunResult:
+    def send(
+        self,
+        text: str,
+        *,
+        cancel: CancelToken | None = None,
+        deps: Any = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> RunResult:
         """Run one turn (blocking)."""
-        return _blocking(self.asend(text, cancel=cancel))
+        return _blocking(self.asend(text, cancel=cancel, deps=deps, metadata=metadata))
 
-    async def asend(self, text: str, *, cancel: CancelToken | None = None) -> RunResult:
-        """Run one turn: the machine once, over the shared history."""
+    async def asend(
+        self,
+        text: str,
+        *,
+        cancel: CancelToken | None = None,
+        deps: Any = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> RunResult:
+        """Run one turn: the machine once, over the shared history; `deps` and `metadata`
+        are the turn's run's (see `Agent.arun`)."""
         if self.ended:
             raise ConversationEndedError("the conversation was ended with end_chat")
         if self.results and self.results[-1].end_state == "awaiting_approval":
             raise ValueError("the last turn waits for approval: call resume(decisions) first")
-        result = await self.agent.arun(text, history=self.history, cancel=cancel)
+        result = await self.agent.arun(
+            text, history=self.history, cancel=cancel, deps=deps, metadata=metadata
+        )
         return self._keep(result)
 
-    async def aresume(self, decisions: Mapping[str, Decision]) -> RunResult:
+    async def aresume(self, decisions: Mapping[str, Decision], *, deps: Any = None) -> RunResult:
         """Finish a turn that paused for approval (the agent needs a checkpointer)."""
         if not self.results or self.results[-1].end_state != "awaiting_approval":
             raise ValueError("the last turn is not waiting for approval")
         previous = self.results.pop()
-        result = await self.agent.aresume(previous.run_id, decisions=decisions)
+        result = await self.agent.aresume(previous.run_id, decisions=decisions, deps=deps)
         return self._keep(result)
 
-    def resume(self, decisions: Mapping[str, Decision]) -> RunResult:
-        return _blocking(self.aresume(decisions))
+    def resume(self, decisions: Mapping[str, Decision], *, deps: Any = None) -> RunResult:
+        return _blocking(self.aresume(decisions, deps=deps))
 
     def _keep(self, result: RunResult) -> RunResult:
         self.results.append(result)

@@ -123,6 +123,15 @@ class TestApprove:
         finished = next(e for e in events if e["event"] == "tool.finished")
         assert finished["tool_use_id"] == CALL
 
+    def test_user_is_stamped_on_every_event(self, client: TestClient) -> None:
+        """The requesting user, passed as the run's metadata, is on every audit event,
+        the resumed part included."""
+        started = client.post("/runs", json={"prompt": "Ask Ken to lunch.", "user": "aya"})
+        run_id = started.json()["run_id"]
+        audit_path = decide(client, run_id, {"decision": "approve"}).json()["audit_path"]
+        events = read_events(Path(audit_path))
+        assert {json.dumps(e.get("metadata")) for e in events} == {json.dumps({"user": "aya"})}
+
     def test_edit_sends_the_reviewers_version(self, client: TestClient) -> None:
         """An edit decision runs the call with the reviewer's input."""
         run_id = start(client)["run_id"]

@@ -41,6 +41,7 @@ REQUIRED = {
     "Checkpointer",
     "PostgresCheckpointer",
     "RunAlreadyEndedError",
+    "RunContext",
     "RunNotFoundError",
     "SerializationError",
 }
@@ -84,6 +85,7 @@ EXPORTED = [
     "ReplayDivergenceError",
     "ReplayModel",
     "RunAlreadyEndedError",
+    "RunContext",
     "RunHandle",
     "RunNotFoundError",
     "RunResult",

@@ -1,8 +1,9 @@
 """The emitter: one call per event, fanned out to the run's sinks and to structlog.
 
 Event names are `noun.verb` and their keys are documented in docs/events.md.
-Every event carries `run_id` and a wall-clock `ts`; the emitter adds them so
-phases only say what happened.
+Every event carries `run_id`, a wall-clock `ts` and, when the host gave any, the
+run's `metadata` (tenant, user, request id); the emitter adds them so phases only
+say what happened.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import structlog
@@ -47,8 +48,10 @@ class Emitter:
         sinks: Sequence[AuditSink] = (),
         redactor: Redactor | None = None,
         logger: Any = None,
+        metadata: Mapping[str, Any] | None = None,
     ) -> None:
         self.run_id = run_id
+        self.metadata = dict(metadata or {})
         self.sinks = list(sinks)
         self.redactor = redactor or Redactor()
         self._chosen_logger = logger is not None
@@ -75,6 +78,8 @@ class Emitter:
         if not self.listened():
             return
         record: dict[str, Any] = {"event": event, "run_id": self.run_id, "ts": time.time()}
+        if self.metadata:
+            record["metadata"] = self.metadata
         record.update(payload)
         record = self.redactor.redact(record)
         for sink in list(self.sinks):

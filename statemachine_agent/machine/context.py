@@ -71,6 +71,9 @@ class PhaseContext:
     """Why checkpointing failed; the engine then ends the run in `failed`."""
     entered_by: Row | None = None
     """The row that entered the current state (set by the engine as it fires)."""
+    host_deps: Any = None
+    """The host's `deps=` for this run, handed to tools in their `RunContext`; a live
+    object of this process, never checkpointed."""
 
     @property
     def arrival(self) -> str | None:

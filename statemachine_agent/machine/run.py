@@ -206,6 +206,9 @@ class RunRecord:
     audit_path: Path | None = None
     notes: dict[str, Any] = field(default_factory=dict)
     """Free-form facts end-state handlers want to report (e.g. salvage usage)."""
+    metadata: dict[str, Any] = field(default_factory=dict, metadata=REPLACED)
+    """The host's `metadata=` (tenant, user, request id): JSON, stamped on every event;
+    only ever replaced (a resume merging new metadata builds a new dict)."""
 
     @property
     def budget(self) -> Budget:

@@ -11,8 +11,10 @@ exists, so a resumed run never executes a recorded call again.
 from __future__ import annotations
 
 import asyncio
+import copy
 import dataclasses
 import inspect
+from types import MappingProxyType
 from typing import Literal
 
 from statemachine_agent.machine.context import PhaseContext
@@ -26,6 +28,7 @@ from statemachine_agent.policy.approval import (
     decision_from_plain,
 )
 from statemachine_agent.tools.base import ErrorKind, ToolCall, ToolOutcome
+from statemachine_agent.tools.context import RunScope, tool_scope
 
 ANSWER_ERRORS: frozenset[ErrorKind] = frozenset({"invalid_input", "raised"})
 """Failures of a run-ending tool that mean its input (the answer) was rejected."""
@@ -67,8 +70,14 @@ class Act:
                 to_run.append(cleared)
         keyed = [dataclasses.replace(c, idempotency_key=f"{run.run_id}:{c.id}") for c in to_run]
         started = deps.effects.monotonic()
+        metadata = MappingProxyType(copy.deepcopy(run.metadata))
+        scope = RunScope(deps=ctx.host_deps, run_id=run.run_id, iteration=run.iteration,
+                         usage=run.usage, metadata=metadata)  # fmt: skip
         try:
-            await deps.effects.run_tools(deps.tools, keyed, lambda c, o: self._record(ctx, c, o))
+            with tool_scope(scope):
+                await deps.effects.run_tools(
+                    deps.tools, keyed, lambda c, o: self._record(ctx, c, o)
+                )
         except asyncio.CancelledError:
             self._abandon(ctx, keyed, deps.effects.monotonic() - started)
             raise

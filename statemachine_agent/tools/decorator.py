@@ -9,8 +9,10 @@ time, because a tool the model misunderstands fails silently at run time.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import re
+import typing
 from collections.abc import Callable, Mapping
 from typing import Any, TypedDict, cast, overload
 
@@ -18,6 +20,7 @@ import docstring_parser
 import pydantic
 
 from .base import DEFAULT_RETRY_ON, DEFAULT_TOOL_TIMEOUT, IDEMPOTENCY_PARAM, JSON, OnError, Tool
+from .context import context_parameter
 
 __all__ = ["TOOL_NAME_PATTERN", "schema_from_function", "tool"]
 
@@ -157,8 +160,9 @@ def _build_tool(
         )
 
     schema = schema_from_function(func, tool_name=tool_name, docstring=docstring)
+    param = context_parameter(func)
     try:
-        handler = pydantic.validate_call(func)
+        handler = pydantic.validate_call(func) if param is None else _with_context(func, param)
     except Exception as exc:  # pragma: no cover - schema generation already succeeded
         raise TypeError(f"Tool {tool_name!r}: cannot wrap {func!r}: {exc}") from exc
 
@@ -194,8 +198,10 @@ def schema_from_function(
     """
     label: str = tool_name or getattr(func, "__name__", None) or repr(func)
     _check_signature(func, label)
+    skip = context_parameter(func)
     try:
-        raw = pydantic.TypeAdapter(cast(Any, func)).json_schema()
+        target = func if skip is None else _facade(func, skip)
+        raw = pydantic.TypeAdapter(cast(Any, target)).json_schema()
     except Exception as exc:
         raise TypeError(f"Cannot derive an input schema for tool {label!r}: {exc}") from exc
 
@@ -217,6 +223,49 @@ def schema_from_function(
             del schema["required"]
     schema["additionalProperties"] = False
     return schema
+
+
+def _facade(func: Callable[..., Any], skip: str) -> Callable[..., Any]:
+    """`func`'s signature without the `RunContext` parameter, as a function returning
+    its arguments: what pydantic describes and validates for the model's input.
+
+    Its annotations are the resolved hints of `func` (string annotations are
+    resolved in `func`'s own module, not in this one).
+    """
+    signature = inspect.signature(func)
+    params = [p for p in signature.parameters.values() if p.name != skip]
+    hints = typing.get_type_hints(func, include_extras=True)
+    reduced = signature.replace(parameters=params, return_annotation=inspect.Signature.empty)
+
+    def facade(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        return dict(reduced.bind(*args, **kwargs).arguments)
+
+    facade.__signature__ = reduced  # type: ignore[attr-defined]
+    facade.__annotations__ = {p.name: hints[p.name] for p in params if p.name in hints}
+    for attr in ("__name__", "__qualname__", "__doc__", "__module__"):
+        setattr(facade, attr, getattr(func, attr, None) or attr)
+    return facade
+
+
+def _with_context(func: Callable[..., Any], param: str) -> Callable[..., Any]:
+    """A handler validating the model's input like `validate_call`, and passing the
+    `RunContext` (given as keyword `param`) through untouched."""
+    validated = pydantic.validate_call(_facade(func, param))
+    signature = inspect.signature(func)
+
+    def split(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        bound = dict(signature.bind_partial(*args, **kwargs).arguments)
+        context = bound.pop(param, None)
+        return {**validated(**bound), param: context}
+
+    async def ahandler(*args: Any, **kwargs: Any) -> Any:
+        return await func(**split(args, kwargs))
+
+    def handler(*args: Any, **kwargs: Any) -> Any:
+        return func(**split(args, kwargs))
+
+    chosen = ahandler if inspect.iscoroutinefunction(func) else handler
+    return functools.update_wrapper(chosen, func)
 
 
 def _check_signature(func: Callable[..., Any], label: str) -> None:

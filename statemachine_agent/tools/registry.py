@@ -29,6 +29,7 @@ import jsonschema
 import pydantic
 
 from .base import IDEMPOTENCY_PARAM, JSON, ErrorKind, Tool, ToolCall, ToolOutcome
+from .context import call_context, context_parameter
 from .decorator import TOOL_NAME_PATTERN
 from .threads import DaemonWorkers
 
@@ -79,6 +80,8 @@ class ToolRegistry:
         self._workers = DaemonWorkers()
         self._keyed: set[str] = set()
         """Tools whose handler takes the idempotency key (decided once, at registration)."""
+        self._contextual: dict[str, str] = {}
+        """Tools whose handler takes a `RunContext`: the parameter's name, by tool."""
         for item in tools:
             self.register(item)
 
@@ -104,6 +107,12 @@ class ToolRegistry:
         self._validators[tool.name] = jsonschema.Draft202012Validator(schema)
         if _wants_idempotency_key(tool):
             self._keyed.add(tool.name)
+        try:
+            param = context_parameter(tool.handler)
+        except TypeError as exc:
+            raise ValueError(f"Tool {tool.name!r}: {exc}") from None
+        if param is not None:
+            self._contextual[tool.name] = param
         self._tools[tool.name] = tool
 
     def get(self, name: str) -> Tool | None:
@@ -208,7 +217,7 @@ class ToolRegistry:
         while True:
             attempt += 1
             try:
-                value = await _run_handler(found, call, found.name in self._keyed, self._workers)
+                value = await _run_handler(found, call, self._extras(found, call), self._workers)
             except _AbandonedError as exc:
                 # Not transient: the first attempt may still be running, and may yet act.
                 failure = _Failure(
@@ -268,6 +277,17 @@ class ToolRegistry:
         return ToolOutcome(
             tool_use_id=call.id, name=call.name, content=content, data=data, extra=extra
         )
+
+    def _extras(self, found: Tool, call: ToolCall) -> dict[str, Any]:
+        """What the handler gets besides the model's input: the idempotency key and the
+        `RunContext`, for the handlers that declare them."""
+        extras: dict[str, Any] = {}
+        if call.idempotency_key and found.name in self._keyed:
+            extras[IDEMPOTENCY_PARAM] = call.idempotency_key
+        param = self._contextual.get(found.name)
+        if param is not None:
+            extras[param] = call_context(call.id, call.idempotency_key, call.name)
+        return extras
 
     def _validate(self, found: Tool, given: Any) -> str | None:
         """Why the input does not fit the schema, worded for the model; None if it fits."""
@@ -392,7 +412,9 @@ def wrap_untrusted(content: str, source: str) -> str:
     )
 
 
-async def _run_handler(found: Tool, call: ToolCall, wants_key: bool, workers: DaemonWorkers) -> Any:
+async def _run_handler(
+    found: Tool, call: ToolCall, extras: Mapping[str, Any], workers: DaemonWorkers
+) -> Any:
     """The handler's return value, run as a task of its own under the tool's timeout.
 
     The handler gets a deep copy of the input: a handler that keeps what it was
@@ -401,8 +423,7 @@ async def _run_handler(found: Tool, call: ToolCall, wants_key: bool, workers: Da
     handler that ignores cancellation be abandoned instead of holding the run.
     """
     kwargs = copy.deepcopy(dict(call.input))
-    if call.idempotency_key and wants_key:
-        kwargs[IDEMPOTENCY_PARAM] = call.idempotency_key
+    kwargs.update(extras)
     task = asyncio.ensure_future(_guarded(found.handler, kwargs, workers))
     task.add_done_callback(_retrieve)
     started = time.perf_counter()
