@@ -46,6 +46,7 @@ from statemachine_agent.policy.verify import Verifier, VerifyPolicy
 from statemachine_agent.tools.base import Tool
 from statemachine_agent.tools.decorator import tool as make_tool
 from statemachine_agent.tools.registry import ToolRegistry
+from statemachine_agent.unicode import repair
 
 DEFAULT_STALL = StallPolicy()
 
@@ -179,7 +180,7 @@ class Agent:
             for priced in keyed:
                 price_table.require(priced.name)
         secrets = [getattr(m, "api_key", None) or "" for m in keyed]
-        self._redactor = Redactor(secrets=secrets, keys=audit.redact)
+        self._redactor = Redactor(secrets=[*secrets, *audit.secrets], keys=audit.redact)
         self._outputs: dict[int, AgentDeps] = {}
         self._deps = AgentDeps(
             model=model,
@@ -345,6 +346,11 @@ class Agent:
         """Every model the agent may call: the model, its fallbacks and the critic."""
         deps = self._deps
         return [deps.model, *deps.fallback_models, *([deps.critic] if deps.critic else [])]
+
+    def redact(self, value: Any) -> Any:
+        """`value` with this agent's secrets masked, exactly as in its audit events: for
+        anything shown or written outside the audit trail (a CLI's answer, a UI)."""
+        return self._redactor.redact(value)
 
     def run(
         self,
@@ -561,7 +567,8 @@ def with_prompt(history: Sequence[JSON], prompt: str | Sequence[JSON]) -> list[J
     A history ending with a user message (a turn cancelled after its tool
     results) gets the prompt added to that message, so roles keep alternating.
     """
-    messages = [dict(m) for m in history]
+    messages = [dict(m) for m in repair(list(history))]
+    prompt = repair(prompt)
     if isinstance(prompt, str):
         if not messages or messages[-1].get("role") != "user":
             return [*messages, {"role": "user", "content": prompt}]

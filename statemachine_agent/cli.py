@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
@@ -70,9 +70,10 @@ def make_logger(fmt: str, stream: TextIO) -> Any:
     )
 
 
-def _summary(result: RunResult, stream: TextIO) -> None:
-    print(f"\nAnswer:     {result.text or '(none)'}", file=stream)
-    print(f"End state:  {result.end_state} ({result.reason})", file=stream)
+def _summary(result: RunResult, stream: TextIO, redact: Callable[[Any], Any]) -> None:
+    """The run's outcome for the terminal, with the agent's secrets masked as in its audit."""
+    print(f"\nAnswer:     {redact(result.text) or '(none)'}", file=stream)
+    print(f"End state:  {result.end_state} ({redact(result.reason)})", file=stream)
     print(
         f"Usage:      {result.iterations} model calls, {result.usage.total_tokens} tokens, "
         f"${result.cost_usd:.4f}",
@@ -122,7 +123,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         **scenario.options(),
     )
     result = agent.run(scenario.prompt)
-    _summary(result, out)
+    _summary(result, out, agent.redact)
     if result.end_state == "awaiting_approval" and scenario.decide is not None:
         pending = list((result.details or {}).get("pending", []))
         decisions = scenario.decide(pending)
@@ -131,7 +132,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             print(f"Reviewer:   {decision} {call['name']}({call['input']})", file=out)
         print("Resuming the run from its checkpoint...\n", file=out)
         result = agent.resume(result.run_id, decisions=decisions)
-        _summary(result, out)
+        _summary(result, out, agent.redact)
     if result.audit_path:
         diagram = result.audit_path.with_suffix(".mmd")
         diagram.write_text(diagrams.mermaid(result.trail), encoding="utf-8")
@@ -170,7 +171,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         except UnknownModelPriceError as exc:
             raise UsageError(f"--max-cost: {exc.args[0]}") from exc
         result = agent.run(args.prompt)
-    _summary(result, _text_stream(args))
+    _summary(result, _text_stream(args), agent.redact)
     return EXIT_CODES[result.end_state]
 
 

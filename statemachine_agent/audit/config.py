@@ -28,6 +28,10 @@ class Audit:
     the agent does not close them)."""
     redact: Iterable[str] = ()
     """Extra event keys whose values are never written (kept as a tuple)."""
+    secrets: Iterable[str] = ()
+    """Values never written, wherever they occur (as the model's API key is): passwords,
+    tokens a tool uses, ... (kept as a tuple; values shorter than 4 characters are not
+    masked, as they would mask ordinary words)."""
     logger: Any = None
     """A structlog logger for the events; `None`: the application's structlog pipeline
     if configured, else the stdlib `statemachine_agent` logger."""
@@ -39,6 +43,9 @@ class Audit:
             object.__setattr__(self, "dir", Path(self.dir))
         object.__setattr__(self, "sinks", tuple(self.sinks))
         object.__setattr__(self, "redact", tuple(self.redact))
+        if isinstance(self.secrets, str):
+            raise TypeError("Audit.secrets takes a list of values, not one string")
+        object.__setattr__(self, "secrets", tuple(self.secrets))
 
     def run_file(self, run_id: str) -> Path | None:
         """Where the run's own audit file goes, if the audit has a folder."""

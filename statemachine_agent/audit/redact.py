@@ -2,6 +2,10 @@
 
 A redactor is a structlog processor, so a service can put the same one in its
 own structlog pipeline; the engine applies it before any sink sees an event.
+A secret is masked wherever it occurs: as a value, inside a longer text, as a
+property name, at any depth, in any letter case, and in the text of a value JSON
+cannot hold (a set, bytes, an exception), which is turned into text first
+because that text is what a sink would write.
 """
 
 from __future__ import annotations
@@ -23,30 +27,40 @@ DEFAULT_SECRET_KEYS = frozenset(
         "authorization",
         "proxy-authorization",
         "password",
+        "passwd",
         "secret",
         "client_secret",
+        "token",
         "access_token",
         "refresh_token",
         "auth_token",
+        "id_token",
+        "session_token",
         "cookie",
         "set-cookie",
     }
 )
-"""Keys whose values are never written, compared case-insensitively."""
+"""Keys whose values are never written, compared case-insensitively ('-' and '_' alike)."""
 
-SECRET_PATTERN = re.compile(r"sk-ant-[A-Za-z0-9_\-]{6,}|sk-[A-Za-z0-9]{20,}")
+SECRET_PATTERN = re.compile(r"sk-ant-[A-Za-z0-9_\-]{6,}|sk-[A-Za-z0-9]{20,}", re.IGNORECASE)
 """Shapes of API keys, caught even where no key name announces them."""
+
+_PLAIN = (bool, int, float, type(None))
 
 
 class Redactor:
     """A structlog processor that masks secret keys, known secret values and key shapes."""
 
     def __init__(self, secrets: Iterable[str] = (), keys: Iterable[str] = ()) -> None:
-        self._keys = DEFAULT_SECRET_KEYS | {k.lower() for k in keys}
-        self._secrets = tuple(sorted({s for s in secrets if s and len(s) >= 4}, key=len)[::-1])
+        self._keys = frozenset(_key_form(k) for k in (*DEFAULT_SECRET_KEYS, *keys))
+        values = sorted({s for s in secrets if s and len(s) >= 4}, key=len, reverse=True)
+        self._lowered = tuple(s.lower() for s in values)
+        self._values = (
+            re.compile("|".join(re.escape(s) for s in values), re.IGNORECASE) if values else None
+        )
 
     def __repr__(self) -> str:
-        return f"<Redactor {len(self._keys)} keys, {len(self._secrets)} values>"
+        return f"<Redactor {len(self._keys)} keys, {len(self._lowered)} values>"
 
     def __call__(self, logger: Any, method: str, event_dict: Any) -> Any:
         return self.redact(event_dict)
@@ -54,19 +68,36 @@ class Redactor:
     def redact(self, value: Any) -> Any:
         if isinstance(value, str):
             return self._redact_text(value)
+        if isinstance(value, _PLAIN):
+            return value
         if isinstance(value, Mapping):
-            return {
-                key: REDACTED if str(key).lower() in self._keys else self.redact(item)
-                for key, item in value.items()
-            }
-        if isinstance(value, list | tuple):
+            out: dict[Any, Any] = {}
+            for key, item in value.items():
+                name = self._redact_text(key) if isinstance(key, str) else self.redact(key)
+                if name in out:  # two names masked alike: keep both values
+                    name = f"{name}#{len(out)}"
+                out[name] = REDACTED if self.is_secret_key(key) else self.redact(item)
+            return out
+        if isinstance(value, list | tuple | set | frozenset):
             return [self.redact(item) for item in value]
-        return value
+        if isinstance(value, bytes | bytearray | memoryview):
+            return self._redact_text(bytes(value).decode("utf-8", "replace"))
+        text = str(value)  # what a sink writing JSON makes of it (`default=str`)
+        masked = self._redact_text(text)
+        return value if masked == text else masked
+
+    def is_secret_key(self, key: Any) -> bool:
+        """Whether a property of this name holds a secret."""
+        return isinstance(key, str) and _key_form(key) in self._keys
 
     def _redact_text(self, text: str) -> str:
-        for secret in self._secrets:
-            if secret in text:
-                text = text.replace(secret, REDACTED)
-        if "sk-" in text:
+        lowered = text.lower()
+        if self._values is not None and any(s in lowered for s in self._lowered):
+            text = self._values.sub(REDACTED, text)
+        if "sk-" in lowered:
             text = SECRET_PATTERN.sub(REDACTED, text)
         return text
+
+
+def _key_form(key: str) -> str:
+    return key.lower().replace("-", "_")

@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any, Protocol
 
+from statemachine_agent.unicode import repair_text
+
 
 class AuditSink(Protocol):
     def write(self, event: Mapping[str, Any]) -> None: ...
@@ -29,7 +31,8 @@ class JsonlSink:
     def write(self, event: Mapping[str, Any]) -> None:
         if self._file is None:
             raise ValueError(f"audit sink for {self.path} is closed")
-        self._file.write(json.dumps(event, ensure_ascii=False, default=str) + "\n")
+        # Repaired here too: text that is not valid Unicode must not fail the write.
+        self._file.write(repair_text(json.dumps(event, ensure_ascii=False, default=str)) + "\n")
         self._file.flush()
 
     def close(self) -> None:

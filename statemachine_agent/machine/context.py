@@ -7,6 +7,7 @@ lets a run be stored and resumed with fresh services.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,7 +20,7 @@ from statemachine_agent.machine.table import Row
 from statemachine_agent.models.base import Model, ModelRequest
 from statemachine_agent.output import OutputSpec
 from statemachine_agent.persistence.base import Checkpointer
-from statemachine_agent.persistence.delta import CheckpointWriter
+from statemachine_agent.persistence.delta import CheckpointWriter, tombstone
 from statemachine_agent.policy.approval import ApprovalPolicy
 from statemachine_agent.policy.context import ContextPolicy
 from statemachine_agent.policy.pricing import PriceTable
@@ -104,3 +105,5 @@ class PhaseContext:
             self.checkpoint_error = f"{type(exc).__name__}: {exc}"
             self.emitter.emit("checkpoint.failed", state=self.state.state,
                               error=self.checkpoint_error)  # fmt: skip
+            with contextlib.suppress(Exception):  # a store that is down takes nothing
+                store.append(self.state.run_id, tombstone(self.state, self.checkpoint_error))

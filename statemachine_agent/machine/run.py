@@ -16,6 +16,7 @@ from statemachine_agent.machine.settings import RunSettings
 from statemachine_agent.models.base import JSON, ModelError, ModelReply, Usage
 from statemachine_agent.policy.budget import Budget
 from statemachine_agent.tools.base import ToolCall, ToolOutcome
+from statemachine_agent.unicode import repair_text
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +28,9 @@ class RunError:
     status: int | None = None
     request_id: str | None = None
     context_exceeded: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "message", repair_text(self.message))
 
     @classmethod
     def from_model_error(cls, exc: ModelError) -> RunError:

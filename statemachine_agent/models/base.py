@@ -11,6 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from statemachine_agent.unicode import repair
+
 JSON = dict[str, Any]
 
 DEFAULT_MODEL = "claude-sonnet-5"
@@ -129,6 +131,11 @@ class ModelReply:
     stop_details: JSON | None = None
     """Extra detail the API gives about the stop (for instance on a refusal)."""
     request_id: str | None = None
+
+    def __post_init__(self) -> None:
+        """Repair invalid Unicode (lone surrogates) in the reply: it must not break a write."""
+        object.__setattr__(self, "content", repair(self.content))
+        object.__setattr__(self, "stop_details", repair(self.stop_details))
 
     @property
     def tool_uses(self) -> list[JSON]:

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from statemachine_agent.machine.run import RunRecord
 from statemachine_agent.persistence.codec import record_from_plain
 from statemachine_agent.persistence.delta import fold
+from statemachine_agent.unicode import repair_text
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +48,8 @@ class Checkpointer(Protocol):
 
 
 def encode(body: Mapping[str, Any]) -> str:
-    return json.dumps(body, ensure_ascii=False, separators=(",", ":"))
+    """The stored text of a body; invalid Unicode is repaired rather than failing the write."""
+    return repair_text(json.dumps(body, ensure_ascii=False, separators=(",", ":")))
 
 
 def load_record(checkpointer: Checkpointer, run_id: str) -> RunRecord:

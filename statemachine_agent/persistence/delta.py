@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
 
-from statemachine_agent.machine.run import RunRecord, checkpointing
+from statemachine_agent.machine.run import RunError, RunRecord, checkpointing
 from statemachine_agent.persistence.codec import Plain, to_plain
 
 _LIST_FIELDS = tuple(f.name for f in fields(RunRecord) if checkpointing(f.name) == "appended")
@@ -220,3 +220,20 @@ def fold(bodies: Iterable[Mapping[str, Plain]]) -> dict[str, Plain] | None:
         index = reply["content"][_MESSAGE_REF]
         state = {**state, "last_reply": {**reply, "content": messages[index]["content"]}}
     return {**state, "messages": messages, "trail": trail}
+
+
+def tombstone(record: RunRecord, why: str) -> dict[str, Plain]:
+    """A last, small checkpoint saying the run failed, for when its real one could not be stored.
+
+    Without it the store would still show the state of the last checkpoint that
+    got through, often mid-`act`, and a resume would trust that and run a
+    side-effecting call again. It names the failure in plain ASCII, so the value
+    that broke the full checkpoint cannot break this one.
+    """
+    message = why.encode("ascii", "backslashreplace").decode("ascii")
+    error = to_plain(RunError(kind="CheckpointError", message=message), "error")
+    return {
+        "seq": record.seq,
+        "state_name": "failed",
+        "state": {"$dict": {"error": {"$set": error}}},
+    }

@@ -14,6 +14,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
+from statemachine_agent.unicode import repair, repair_text
+
 JSON = dict[str, Any]
 
 ErrorKind = Literal[
@@ -183,6 +185,11 @@ class ToolOutcome:
     the engine decides what to do with the flag. Never set for the model's own
     mistakes (unknown tool, invalid input).
     """
+
+    def __post_init__(self) -> None:
+        """Repair invalid Unicode (lone surrogates) in what the tool returned."""
+        object.__setattr__(self, "content", repair_text(self.content))
+        object.__setattr__(self, "data", repair(self.data))
 
     def to_block(self) -> JSON:
         block: JSON = {
