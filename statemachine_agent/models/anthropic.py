@@ -2,7 +2,8 @@
 
 The SDK does the HTTP, the auth headers and the retries (408, 409, 429, 5xx and
 529, with backoff and `retry-after`); this adapter only shapes the request and
-turns what comes back (or what failed) into the engine's own records. Replies
+turns what comes back (or what failed) into the engine's own records (`sdk_args`
+picks the SDK surface and keywords). Replies
 are read as raw JSON so that blocks the SDK does not model yet reach the history
 verbatim.
 """
@@ -16,6 +17,7 @@ import anthropic
 
 from statemachine_agent.models.base import DEFAULT_MODEL, ModelError, ModelReply, ModelRequest
 from statemachine_agent.models.loop_clients import LoopClients
+from statemachine_agent.models.sdk_args import sdk_arguments
 
 RETRYABLE_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
 
@@ -75,18 +77,21 @@ class AnthropicModel:
         return await self._loop_clients.get()
 
     def complete(self, request: ModelRequest) -> ModelReply:
-        messages = cast(Any, self.client.messages)
+        beta, kwargs = sdk_arguments(request.to_api())
+        messages = cast(Any, self.client.beta.messages if beta else self.client.messages)
         try:
-            raw = messages.with_raw_response.create(**request.to_api())
+            raw = messages.with_raw_response.create(**kwargs)
             body = raw.json()
         except anthropic.AnthropicError as exc:
             raise to_model_error(exc) from exc
         return ModelReply.from_api(body, request_id=raw.request_id)
 
     async def acomplete(self, request: ModelRequest) -> ModelReply:
-        messages = cast(Any, (await self._async_client_for_loop()).messages)
+        beta, kwargs = sdk_arguments(request.to_api())
+        client = await self._async_client_for_loop()
+        messages = cast(Any, client.beta.messages if beta else client.messages)
         try:
-            raw = await messages.with_raw_response.create(**request.to_api())
+            raw = await messages.with_raw_response.create(**kwargs)
             body = await raw.json()
         except anthropic.AnthropicError as exc:
             raise to_model_error(exc) from exc

@@ -12,7 +12,7 @@ import itertools
 import sys
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any, Generic, Self, TypeVar, cast
@@ -101,6 +101,10 @@ class ScriptedServer(Generic[Error]):
         """Why the API would reject the request (empty when it is valid)."""
         return []
 
+    def header_problems(self, body: JSON, headers: Mapping[str, str]) -> list[str]:
+        """Why the API would reject the request for its headers (empty when they are fine)."""
+        return []
+
     def rejection(self, problems: list[str]) -> Error:
         """The 400 the API answers an invalid request with."""
         raise NotImplementedError
@@ -120,10 +124,10 @@ class ScriptedServer(Generic[Error]):
             self.requests.append(body)
             self.headers.append(headers)
 
-    def _answer(self, body: JSON) -> JSON | Error:
+    def _answer(self, body: JSON, headers: Mapping[str, str] | None = None) -> JSON | Error:
         """What to send for a request that passed the transport checks."""
         if self.validate:
-            problems = self.problems(body)
+            problems = self.problems(body) + self.header_problems(body, headers or {})
             if problems:
                 with self._lock:
                     self.invalid_requests.append((body, problems))

@@ -15,7 +15,12 @@ from dataclasses import dataclass
 from typing import Any, TypeAlias, cast
 
 from statemachine_agent.testing.scripted_http import ScriptedHandler, ScriptedServer
-from statemachine_agent.testing.validator import describe_problems, error_body, validate_request
+from statemachine_agent.testing.validator import (
+    describe_problems,
+    error_body,
+    validate_headers,
+    validate_request,
+)
 
 __all__ = ["ERROR_TYPES", "FakeAnthropicServer", "FakeError", "ScriptItem"]
 
@@ -86,6 +91,9 @@ class FakeAnthropicServer(ScriptedServer[FakeError]):
     def problems(self, body: JSON) -> list[str]:
         return validate_request(body)
 
+    def header_problems(self, body: JSON, headers: Mapping[str, str]) -> list[str]:
+        return validate_headers(body, headers)
+
     def rejection(self, problems: list[str]) -> FakeError:
         return FakeError(400, describe_problems(problems))
 
@@ -134,7 +142,7 @@ class _Handler(ScriptedHandler):
         if path == _COUNT_TOKENS:
             self._json(200, {"input_tokens": max(1, len(raw) // 4)}, request_id)
             return
-        answer = owner._answer(body)
+        answer = owner._answer(body, headers)
         if isinstance(answer, FakeError):
             self._error(request_id, answer)
         elif body.get("stream") is True:

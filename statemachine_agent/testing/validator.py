@@ -20,6 +20,8 @@ from typing import Any
 
 import typing_extensions
 
+from statemachine_agent.models.sdk_args import missing_betas
+
 __all__ = [
     "MAX_CACHE_BREAKPOINTS",
     "InvalidRequestError",
@@ -27,6 +29,7 @@ __all__ = [
     "describe_problems",
     "error_body",
     "known_request_params",
+    "validate_headers",
     "validate_request",
 ]
 
@@ -171,6 +174,28 @@ def validate_request(body: Mapping[str, Any]) -> list[str]:
     if not isinstance(body, Mapping):
         return [f"request: the body must be a JSON object, got {_kind(body)}"]
     return _Checker(body).run()
+
+
+def validate_headers(body: Mapping[str, Any], headers: Mapping[str, str]) -> list[str]:
+    """What the API would reject an HTTP request for beyond its body: beta features.
+
+    Over HTTP the betas are the `anthropic-beta` header (the SDK's beta surface sends
+    its `betas` argument there), never a body field, and a gated feature without its
+    beta is an unknown parameter to the API.
+    """
+    problems: list[str] = []
+    if "betas" in body:
+        problems.append(
+            "betas: unknown Messages API parameter (extra inputs are not permitted); "
+            "betas are sent in the anthropic-beta header"
+        )
+    lowered = {name.lower(): value for name, value in headers.items()}
+    for param, beta in missing_betas(body, lowered.get("anthropic-beta", "")):
+        problems.append(
+            f"{param}: extra inputs are not permitted without the beta header "
+            f"anthropic-beta: {beta}"
+        )
+    return problems
 
 
 def assert_valid_request(body: Mapping[str, Any]) -> None:
