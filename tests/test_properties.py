@@ -50,6 +50,7 @@ STOP_REASONS = [
     "max_tokens",
     "refusal",
     "pause_turn",
+    "compaction",
     "model_context_window_exceeded",
     "tool_use",
     "something_new",

@@ -158,6 +158,9 @@ ARRANGEMENTS: dict[tuple[str, str, str, tuple[str, ...]], Arrange] = {
     ("reason", "replied", "perceive", ("is_pause_turn",)): _last(
         replies.reply(stop_reason="pause_turn")
     ),
+    ("reason", "replied", "perceive", ("is_compaction",)): _last(
+        replies.reply({"type": "compaction", "content": "summary"}, stop_reason="compaction")
+    ),
     ("reason", "replied", "compact", ("is_context_exceeded", "can_compact")): _last(
         replies.text("x", stop_reason="model_context_window_exceeded")
     ),

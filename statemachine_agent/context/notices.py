@@ -15,7 +15,13 @@ from statemachine_agent.models.base import JSON
 
 
 def add_user_text(messages: list[JSON], text: str) -> None:
-    """Append `text` for the model as the latest user content, keeping roles alternating."""
+    """Append `text` for the model as the latest user content, keeping roles alternating.
+
+    After an assistant message whose tool_use blocks were never run (an `end_turn`
+    reply that also asked for tools, then a verifier's feedback), they are answered
+    first: the API rejects a request that leaves a tool_use unanswered.
+    """
+    close_pending(messages, "the model ended its turn, so this call was not run")
     if messages and messages[-1].get("role") == "user":
         last = messages[-1]
         content = last.get("content")

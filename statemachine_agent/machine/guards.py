@@ -22,6 +22,7 @@ KNOWN_STOP_REASONS = frozenset(
         "max_tokens",
         "refusal",
         "pause_turn",
+        "compaction",
         "model_context_window_exceeded",
     }
 )
@@ -63,7 +64,7 @@ def is_empty_reply(run: RunRecord) -> bool:
     reply = run.last_reply
     if reply is None:
         return True
-    if reply.stop_reason in ("pause_turn", "max_tokens", "refusal"):
+    if reply.stop_reason in ("pause_turn", "compaction", "max_tokens", "refusal"):
         return False
     return not reply.tool_uses and not reply.text.strip()
 
@@ -86,6 +87,11 @@ def is_refusal(run: RunRecord) -> bool:
 def is_pause_turn(run: RunRecord) -> bool:
     """A long-running server tool paused the turn; it continues when sent back."""
     return _stop_reason(run) == "pause_turn"
+
+
+def is_compaction(run: RunRecord) -> bool:
+    """Server-side compaction summarized the history and paused (`pause_after_compaction`)."""
+    return _stop_reason(run) == "compaction"
 
 
 def is_context_exceeded(run: RunRecord) -> bool:
@@ -215,6 +221,7 @@ GUARDS: Mapping[str, Guard] = {
         is_max_tokens,
         is_refusal,
         is_pause_turn,
+        is_compaction,
         is_context_exceeded,
         is_context_error,
         finish_called,

@@ -91,6 +91,9 @@ ROWS: tuple[Row, ...] = (
         "The model refused; the API's stop details are kept."),
     Row("reason", "replied", "perceive", ("is_pause_turn",),
         "A server tool paused the turn; send the reply back to let it continue."),
+    Row("reason", "replied", "perceive", ("is_compaction",),
+        "Server-side compaction summarized the history and paused; the reply (its "
+        "compaction block) is kept and the loop goes on."),
     Row("reason", "replied", "compact", ("is_context_exceeded", "can_compact"),
         "The context window filled up; drop the cut reply, compact once and retry.",
         arrival="drop_cut_reply"),
