@@ -217,3 +217,31 @@ def test_token_threshold_counted_by_the_api(server: FakeAnthropicServer) -> None
     last = server.requests[-1]["messages"]
     assert last[2]["content"][0]["content"].startswith("[Earlier tool result removed")
     assert server.invalid_requests == []
+
+
+class TestRetryWait:
+    """`retry-after` is capped, and never waited past the run's time budget."""
+
+    def test_a_long_retry_after_is_capped(self, server: FakeAnthropicServer) -> None:
+        """A 120 s header is waited only `max_retry_wait` seconds, then the call retried."""
+        server.add(FakeError(429, headers={"retry-after": "120"}), replies.text("ok"))
+        model = model_for(server, max_retry_wait=0.05)
+        result = Agent(model).run("q")
+        assert_end_state(result, "completed")
+        assert len(server.requests) == 2
+        assert result.elapsed_s < 60  # not a timing assertion: 120 s would hang the test
+
+    def test_a_wait_past_max_seconds_fails_at_once(self, server: FakeAnthropicServer) -> None:
+        """With 10 s left, a (capped) 60 s wait is not made: the run fails, naming it."""
+        server.add(FakeError(429, headers={"retry-after": "120"}), replies.text("ok"))
+        result = Agent(model_for(server), budget=Budget(max_seconds=10)).run("q")
+        assert_end_state(result, "failed")
+        assert "asked to wait 60.0 s before retrying" in result.reason
+        assert len(server.requests) == 1
+
+    def test_a_deadline_abandons_the_wait(self, server: FakeAnthropicServer) -> None:
+        """`deadline=` cancels the call while it waits out a retry-after."""
+        server.add(FakeError(429, headers={"retry-after": "30"}), replies.text("ok"))
+        result = Agent(model_for(server)).run("q", deadline=0.3)
+        assert_end_state(result, "cancelled")
+        assert len(server.requests) == 1

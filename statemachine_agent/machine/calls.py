@@ -18,6 +18,7 @@ from statemachine_agent.machine.context import PhaseContext
 from statemachine_agent.machine.failures import ComponentError
 from statemachine_agent.machine.guards import budget_reason
 from statemachine_agent.models.base import Model, ModelError, ModelReply, ModelRequest
+from statemachine_agent.models.waiting import wait_limit
 
 Purpose = Literal["loop", "critic", "salvage", "summary", "verifier"]
 """Why a model is called. Only `loop` calls count as iterations; every call costs."""
@@ -112,11 +113,19 @@ async def _with_fallbacks(
 
 async def _call(ctx: PhaseContext, model: Model, request: ModelRequest) -> ModelReply:
     try:
-        return await ctx.deps.effects.call_model(model, request)
+        with wait_limit(_time_left(ctx)):
+            return await ctx.deps.effects.call_model(model, request)
     except ModelError:
         raise
     except Exception as exc:
         raise ComponentError(f"model adapter {type(model).__name__} ({model.name})", exc) from exc
+
+
+def _time_left(ctx: PhaseContext) -> float | None:
+    """Seconds the run has left under `Budget.max_seconds` (None without that limit):
+    no retry wait inside the call may pass it."""
+    limit = ctx.state.budget.max_seconds
+    return None if limit is None else limit - ctx.state.elapsed_s
 
 
 def charge(ctx: PhaseContext, reply: ModelReply, model: Model, *, iteration: bool) -> float:

@@ -18,6 +18,7 @@ from statemachine_agent.machine.context import PhaseContext
 from statemachine_agent.models.base import ModelError
 from statemachine_agent.phases.perceive import build_request
 from statemachine_agent.phases.reason import append_reply
+from statemachine_agent.policy.pricing import MTOK
 
 
 def salvage_notice(why: str) -> str:
@@ -30,10 +31,14 @@ def salvage_notice(why: str) -> str:
 async def salvage(ctx: PhaseContext, why: str) -> tuple[str, dict[str, Any]]:
     """Make the salvage call; returns its text and the facts to report (usage, cost)."""
     run = ctx.state
+    max_tokens = _affordable_tokens(ctx)
+    if max_tokens is None:
+        cap = run.budget.salvage_max_cost_usd
+        return "", {"salvage": {"skipped": f"a summary would cost more than ${cap}"}}
     add_user_text(run.messages, salvage_notice(why))
     request = build_request(
         ctx, tool_choice={"type": "none"} if request_has_tools(ctx) else None,
-        max_tokens=run.budget.salvage_max_tokens,
+        max_tokens=max_tokens,
     )  # fmt: skip
     try:
         reply = await call_model(ctx, request, purpose="salvage")
@@ -42,6 +47,26 @@ async def salvage(ctx: PhaseContext, why: str) -> tuple[str, dict[str, Any]]:
     append_reply(run.messages, reply)
     cost = price_of(ctx, reply, ctx.deps.model)
     return reply.text, {"salvage": {"usage": reply.usage.to_dict(), "cost_usd": cost}}
+
+
+MIN_SUMMARY_TOKENS = 64
+"""A salvage call allowed fewer output tokens than this is not worth making."""
+
+
+def _affordable_tokens(ctx: PhaseContext) -> int | None:
+    """The salvage call's output limit: `salvage_max_tokens`, lowered so that its
+    estimated input plus that output fit `salvage_max_cost_usd`; None when too little
+    would fit. Without a cost cap (or a price for the model), just the token limit."""
+    budget = ctx.state.budget
+    cap, limit = budget.salvage_max_cost_usd, budget.salvage_max_tokens
+    price = ctx.deps.prices.get(ctx.deps.model.name)
+    if cap is None or price is None:
+        return limit
+    input_cost = ctx.sizes.estimate(ctx.state.messages) * price.input / MTOK
+    affordable = int((cap - input_cost) * MTOK / price.output) if price.output > 0 else limit
+    if affordable < MIN_SUMMARY_TOKENS:
+        return None
+    return min(limit, affordable)
 
 
 def request_has_tools(ctx: PhaseContext) -> bool:

@@ -1,9 +1,9 @@
 """The Anthropic Messages API through the official `anthropic` SDK.
 
 The SDK does the HTTP, the auth headers and the retries (408, 409, 429, 5xx and
-529, with backoff and `retry-after`); this adapter only shapes the request and
-turns what comes back (or what failed) into the engine's own records (`sdk_args`
-picks the SDK surface and keywords). Replies
+529, with backoff and `retry-after`, each wait capped by `models.waiting`); this
+adapter only shapes the request and turns what comes back (or what failed) into
+the engine's own records (`sdk_args` picks the SDK surface and keywords). Replies
 are read as raw JSON so that blocks the SDK does not model yet reach the history
 verbatim.
 """
@@ -18,6 +18,11 @@ import anthropic
 from statemachine_agent.models.base import DEFAULT_MODEL, ModelError, ModelReply, ModelRequest
 from statemachine_agent.models.loop_clients import LoopClients
 from statemachine_agent.models.sdk_args import sdk_arguments
+from statemachine_agent.models.waiting import (
+    DEFAULT_MAX_RETRY_WAIT,
+    RetryWaitExceededError,
+    capped_wait,
+)
 
 RETRYABLE_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
 
@@ -37,9 +42,12 @@ class AnthropicModel:
         base_url: str | None = None,
         max_retries: int = 2,
         timeout: float = 600.0,
+        max_retry_wait: float = DEFAULT_MAX_RETRY_WAIT,
         client: anthropic.Anthropic | None = None,
         async_client: anthropic.AsyncAnthropic | None = None,
     ) -> None:
+        """`max_retry_wait` caps each wait before a retry (the API's `retry-after`
+        included); a client given as `client=`/`async_client=` keeps its own rules."""
         self.name = name
         key = api_key or os.environ.get("ANTHROPIC_API_KEY")
         if client is None and async_client is None and not key:
@@ -54,7 +62,10 @@ class AnthropicModel:
         }
         self._client = client
         self._async_client = async_client
-        self._loop_clients = LoopClients(lambda: anthropic.AsyncAnthropic(**self._options), _close)
+        self._max_retry_wait = max_retry_wait
+        self._loop_clients = LoopClients(
+            lambda: _CappedAsyncAnthropic(max_retry_wait, **self._options), _close
+        )
 
     def __repr__(self) -> str:
         return f"<AnthropicModel {self.name}>"
@@ -67,7 +78,7 @@ class AnthropicModel:
     @property
     def client(self) -> anthropic.Anthropic:
         if self._client is None:
-            self._client = anthropic.Anthropic(**self._options)
+            self._client = _CappedAnthropic(self._max_retry_wait, **self._options)
         return self._client
 
     async def _async_client_for_loop(self) -> anthropic.AsyncAnthropic:
@@ -84,6 +95,8 @@ class AnthropicModel:
             body = raw.json()
         except anthropic.AnthropicError as exc:
             raise to_model_error(exc) from exc
+        except RetryWaitExceededError as exc:
+            raise _wait_error(exc) from exc
         return ModelReply.from_api(body, request_id=raw.request_id)
 
     async def acomplete(self, request: ModelRequest) -> ModelReply:
@@ -95,6 +108,8 @@ class AnthropicModel:
             body = await raw.json()
         except anthropic.AnthropicError as exc:
             raise to_model_error(exc) from exc
+        except RetryWaitExceededError as exc:
+            raise _wait_error(exc) from exc
         return ModelReply.from_api(body, request_id=raw.request_id)
 
     async def acount_tokens(self, request: ModelRequest) -> int:
@@ -109,6 +124,32 @@ class AnthropicModel:
         except anthropic.AnthropicError as exc:
             raise to_model_error(exc) from exc
         return int(counted.input_tokens)
+
+
+class _CappedAnthropic(anthropic.Anthropic):
+    """The sync SDK client, with each retry wait capped (see `models.waiting`)."""
+
+    def __init__(self, max_retry_wait: float, **options: Any) -> None:
+        super().__init__(**options)
+        self._max_retry_wait = max_retry_wait
+
+    def _calculate_retry_timeout(self, *args: Any, **kwargs: Any) -> float:
+        return capped_wait(super()._calculate_retry_timeout(*args, **kwargs), self._max_retry_wait)
+
+
+class _CappedAsyncAnthropic(anthropic.AsyncAnthropic):
+    """The async SDK client, with each retry wait capped (see `models.waiting`)."""
+
+    def __init__(self, max_retry_wait: float, **options: Any) -> None:
+        super().__init__(**options)
+        self._max_retry_wait = max_retry_wait
+
+    def _calculate_retry_timeout(self, *args: Any, **kwargs: Any) -> float:
+        return capped_wait(super()._calculate_retry_timeout(*args, **kwargs), self._max_retry_wait)
+
+
+def _wait_error(exc: RetryWaitExceededError) -> ModelError:
+    return ModelError(str(exc), error_type="RetryWaitExceededError", retryable=False)
 
 
 async def _close(client: anthropic.AsyncAnthropic) -> None:

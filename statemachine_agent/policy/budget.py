@@ -31,12 +31,19 @@ class Budget:
     """When a limit ends the run, make one last call for a summary of what was found."""
     salvage_max_tokens: int = 1024
     """Caps the salvage call's output."""
+    salvage_max_cost_usd: float | None = None
+    """Caps what the salvage call may cost (its estimated input plus its output limit,
+    at the model's price): its output limit is lowered to fit, and the call is not
+    made when even a short summary would not."""
     _per_tool: Mapping[str, int] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.max_iterations < 1:
             raise ValueError("Budget.max_iterations must be at least 1")
-        for name in ("max_cost_usd", "max_total_tokens", "max_seconds", "end_after_blocked_calls"):
+        for name in (
+            "max_cost_usd", "max_total_tokens", "max_seconds", "end_after_blocked_calls",
+            "salvage_max_cost_usd",
+        ):  # fmt: skip
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise ValueError(f"Budget.{name} must be positive or None")
