@@ -18,6 +18,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal, cast
 
+from statemachine_agent.audit.chain import Chain
 from statemachine_agent.audit.config import Audit
 from statemachine_agent.audit.events import Emitter
 from statemachine_agent.audit.redact import Redactor
@@ -180,6 +181,8 @@ class Agent:
             for priced in keyed:
                 price_table.require(priced.name)
         secrets = [getattr(m, "api_key", None) or "" for m in keyed]
+        if isinstance(audit.audit_key, str):
+            secrets.append(audit.audit_key)
         self._redactor = Redactor(secrets=[*secrets, *audit.secrets], keys=audit.redact)
         self._outputs: dict[int, AgentDeps] = {}
         self._deps = AgentDeps(
@@ -512,13 +515,15 @@ class Agent:
         audit = self._audit
         sinks: list[AuditSink] = list(audit.sinks)
         own: JsonlSink | None = None
+        chain = Chain(audit.audit_key)
         run_file = audit.run_file(record.run_id)
         if run_file is not None:
             record.audit_path = run_file
-            own = JsonlSink(run_file)
+            own = JsonlSink(run_file, audit_key=audit.audit_key)
             sinks.append(own)
+            chain = own.chain
         emitter = Emitter(record.run_id, sinks=sinks, redactor=self._redactor, logger=audit.logger,
-                          metadata=record.metadata)  # fmt: skip
+                          metadata=record.metadata, chain=chain)  # fmt: skip
         ctx = PhaseContext(state=record, deps=deps or self._deps, emitter=emitter,
                            host_deps=host_deps)  # fmt: skip
         ctx.writer = writer

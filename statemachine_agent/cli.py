@@ -33,6 +33,8 @@ from statemachine_agent.machine.result import RunResult
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from statemachine_agent.audit.chain import Verification
+
 
 def console_renderer(_logger: Any, _method: str, event: dict[str, Any]) -> str:
     """Show transitions and tool calls as they happen; drop the rest."""
@@ -189,7 +191,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     events = load_events(args.audit)
     try:
-        page = report.html(events, source=args.audit)
+        page = report.html(events, source=args.audit, verification=_verify(args))
     except report.ReportError as exc:
         raise UsageError(f"{args.audit}: {exc}") from exc
     except (diagrams.GraphvizNotFoundError, diagrams.GraphvizError) as exc:
@@ -210,8 +212,27 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         built = report.build(events)
     except report.ReportError as exc:
         raise UsageError(f"{args.audit}: {exc}") from exc
-    report.print_inspect(built, console_for(sys.stdout))
+    report.print_inspect(built, console_for(sys.stdout), _verify(args))
     return 0
+
+
+def _verify(args: argparse.Namespace) -> Verification:
+    """The hash-chain check of `args.audit` (with `--key`, if given)."""
+    from statemachine_agent.audit.chain import verify_file
+
+    try:
+        return verify_file(Path(args.audit), args.key)
+    except OSError as exc:
+        raise UsageError(f"cannot read audit file {args.audit}: {exc.strerror or exc}") from exc
+    except ValueError as exc:
+        raise UsageError(f"--key: {exc}") from exc
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    """Check an audit file's hash chain: exit 0 when intact, else name the first break."""
+    verification = _verify(args)
+    print(f"{args.audit}: {verification.summary}")
+    return verification.exit_code
 
 
 def cmd_diagram(args: argparse.Namespace) -> int:
@@ -235,6 +256,9 @@ def cmd_diagram(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(data.decode("utf-8"))
     return 0
+
+
+KEY_HELP = "the audit_key the run was written with (its chain is an HMAC)"
 
 
 def _positive_int(text: str) -> int:
@@ -297,11 +321,24 @@ def parser() -> argparse.ArgumentParser:
     report = sub.add_parser("report", help="write a run's audit file as one HTML page")
     report.add_argument("audit", metavar="AUDIT.jsonl")
     report.add_argument("-o", "--output", metavar="FILE", help="default: AUDIT.html")
+    report.add_argument("--key", help=KEY_HELP)
     report.set_defaults(func=cmd_report)
 
     inspect = sub.add_parser("inspect", help="print a run's iterations as a table")
     inspect.add_argument("audit", metavar="AUDIT.jsonl")
+    inspect.add_argument("--key", help=KEY_HELP)
     inspect.set_defaults(func=cmd_inspect)
+
+    verify = sub.add_parser(
+        "verify",
+        help="check that an audit file was not edited since the run wrote it",
+        description="Exit 0 when the hash chain holds and run.ended seals the file, 1 when a "
+        "line was edited, deleted, inserted or reordered (the first is named), 3 when the "
+        "chain holds but the file does not end with run.ended (cut short, or unfinished).",
+    )
+    verify.add_argument("audit", metavar="AUDIT.jsonl")
+    verify.add_argument("--key", help=KEY_HELP)
+    verify.set_defaults(func=cmd_verify)
 
     from statemachine_agent.cli_sessions import add_commands
 

@@ -109,7 +109,11 @@ class TestSinks:
         """Each event is on disk as soon as it is written (a crash loses nothing before it)."""
         sink = JsonlSink(tmp_path / "a.jsonl")
         sink.write({"event": "x.y", "n": 1})
-        assert json.loads((tmp_path / "a.jsonl").read_text()) == {"event": "x.y", "n": 1}
+        assert json.loads((tmp_path / "a.jsonl").read_text()) == {
+            "event": "x.y",
+            "n": 1,
+            "prev": None,
+        }
         sink.close()
         with pytest.raises(ValueError, match="closed"):
             sink.write({"event": "x.y"})

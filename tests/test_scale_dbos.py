@@ -16,6 +16,7 @@ import pytest
 from dbos import DBOS, DBOSClient
 
 from statemachine_agent import Approve
+from statemachine_agent.audit.chain import verify_file
 from statemachine_agent.audit.sink import read_events
 from statemachine_agent.effects import dbos
 from statemachine_agent.scale import UnknownAgentError
@@ -273,6 +274,7 @@ class TestPostgres:
         assert ran - ran_before == Counter({"run_crash:toolu_pay7": 1, "Pay my bills.#2": 1}), (
             "a finished step ran again"
         )
+        assert verify_file(audit / "run_crash.jsonl").ok, "the recovered file's chain holds"
         events = read_events(audit / "run_crash.jsonl")
         names = Counter(e["event"] for e in events)
         assert names["run.started"] == 1

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from statemachine_agent.audit.chain import verify_file
 from statemachine_agent.audit.sink import read_events
 from statemachine_agent.scale.codec import result_from_plain
 from statemachine_agent.scale.devserver import TemporalDevServer
@@ -187,6 +188,7 @@ class TestWorkerCrash:
         assert ran["run_crash:toolu_pay7"] == 2, "the payment in flight runs again"
         assert ran - before == Counter({"run_crash:toolu_pay7": 1, "Pay.#2": 1})
         assert {worker for worker, _, _ in ledger_lines(ledger)} == {"w1", "w2"}
+        assert verify_file(audit / "run_crash.jsonl").ok, "the recovered file's chain holds"
         events = read_events(audit / "run_crash.jsonl")
         names = Counter(e["event"] for e in events)
         assert names["run.started"] == names["run.ended"] == 1

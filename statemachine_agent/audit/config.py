@@ -8,11 +8,12 @@ feature, the audit trail, so they are configured as one value:
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from os import PathLike
 from pathlib import Path
 from typing import Any
 
+from statemachine_agent.audit.chain import AuditKey, Chain
 from statemachine_agent.audit.sink import AuditSink
 
 
@@ -35,6 +36,10 @@ class Audit:
     logger: Any = None
     """A structlog logger for the events; `None`: the application's structlog pipeline
     if configured, else the stdlib `statemachine_agent` logger."""
+    audit_key: AuditKey | None = field(default=None, repr=False)
+    """An HMAC key for the hash chain of every audit file and sink (docs/audit.md): only
+    a holder of the key can write a chain that verifies (`verify --key`). Never written
+    to any sink (it is redacted) nor shown by `repr`."""
 
     def __post_init__(self) -> None:
         if isinstance(self.redact, str):
@@ -46,6 +51,7 @@ class Audit:
         if isinstance(self.secrets, str):
             raise TypeError("Audit.secrets takes a list of values, not one string")
         object.__setattr__(self, "secrets", tuple(self.secrets))
+        Chain(self.audit_key)  # an unusable key is an error now, not at the first event
 
     def run_file(self, run_id: str) -> Path | None:
         """Where the run's own audit file goes, if the audit has a folder."""

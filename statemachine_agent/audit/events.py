@@ -3,7 +3,9 @@
 Event names are `noun.verb` and their keys are documented in docs/events.md.
 Every event carries `run_id`, a wall-clock `ts` and, when the host gave any, the
 run's `metadata` (tenant, user, request id); the emitter adds them so phases only
-say what happened.
+say what happened. Each event is sealed once into the run's hash chain
+(`chain.py`) before any sink sees it, so every sink receives the same `prev`
+and `digest` members the audit file holds.
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ from typing import Any
 
 import structlog
 
+from statemachine_agent.audit.chain import Chain
 from statemachine_agent.audit.redact import Redactor
-from statemachine_agent.audit.sink import AuditSink
+from statemachine_agent.audit.sink import AuditSink, JsonlSink
 
 LOGGER_NAME = "statemachine_agent"
 
@@ -49,10 +52,14 @@ class Emitter:
         redactor: Redactor | None = None,
         logger: Any = None,
         metadata: Mapping[str, Any] | None = None,
+        chain: Chain | None = None,
     ) -> None:
+        """`chain` is the run's hash chain: the audit file's own, so its lines and what
+        every other sink receives carry the same digests; a fresh one by default."""
         self.run_id = run_id
         self.metadata = dict(metadata or {})
         self.sinks = list(sinks)
+        self.chain = chain if chain is not None else Chain()
         self.redactor = redactor or Redactor()
         self._chosen_logger = logger is not None
         self.logger = logger if logger is not None else default_logger()
@@ -82,11 +89,17 @@ class Emitter:
             record["metadata"] = self.metadata
         record.update(payload)
         record = self.redactor.redact(record)
-        for sink in list(self.sinks):
-            try:
-                sink.write(record)
-            except Exception as exc:
-                self._failed(f"audit sink {type(sink).__name__}", exc, drop=sink)
+        if self.sinks:
+            sealed = self.chain.seal(record)
+            record = sealed.event
+            for sink in list(self.sinks):
+                try:
+                    if isinstance(sink, JsonlSink) and sink.chain is self.chain:
+                        sink.write_line(sealed.line)
+                    else:
+                        sink.write(record)
+                except Exception as exc:
+                    self._failed(f"audit sink {type(sink).__name__}", exc, drop=sink)
         if self.logger is None:
             return
         fields = {k: v for k, v in record.items() if k != "event"}

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any, Protocol
 
-from statemachine_agent.unicode import repair_text
+from statemachine_agent.audit.chain import AuditKey, continue_file
 
 
 class AuditSink(Protocol):
@@ -21,24 +21,43 @@ class AuditSink(Protocol):
 
 
 class JsonlSink:
-    """Appends one JSON object a line; each line is flushed, so a crash loses at most one."""
+    """Appends one JSON object a line; each line is flushed, so a crash loses at most one.
 
-    def __init__(self, path: Path) -> None:
+    Every line is sealed into the file's hash chain (`audit/chain.py`): `prev` is the
+    digest of the line before, and `run.ended` carries the digest of the whole file.
+    A file that already has lines (a resumed run) is continued, not restarted.
+    `audit_key` makes every digest an HMAC, so only the key's holder can forge them.
+    """
+
+    def __init__(self, path: Path, *, audit_key: AuditKey | None = None) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
+        self.chain = continue_file(path, audit_key)
         self._file: IO[str] | None = path.open("a", encoding="utf-8")
+        if self._file.tell() and not _ends_with_newline(path):
+            self._file.write("\n")  # a line cut short by a crash stays a line of its own
 
     def write(self, event: Mapping[str, Any]) -> None:
+        """Seal the event into this file's chain and append it."""
+        self.write_line(self.chain.seal(event).line)
+
+    def write_line(self, line: str) -> None:
+        """Append a line sealed by `self.chain` (the emitter seals once for every sink)."""
         if self._file is None:
             raise ValueError(f"audit sink for {self.path} is closed")
-        # Repaired here too: text that is not valid Unicode must not fail the write.
-        self._file.write(repair_text(json.dumps(event, ensure_ascii=False, default=str)) + "\n")
+        self._file.write(line + "\n")
         self._file.flush()
 
     def close(self) -> None:
         if self._file is not None:
             self._file.close()
             self._file = None
+
+
+def _ends_with_newline(path: Path) -> bool:
+    with path.open("rb") as handle:
+        handle.seek(-1, 2)
+        return handle.read(1) == b"\n"
 
 
 class MemorySink:

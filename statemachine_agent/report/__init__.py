@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from statemachine_agent import diagrams
+from statemachine_agent.audit.chain import Verification
 from statemachine_agent.report.build import (
     Iteration,
     ModelCall,
@@ -48,7 +49,12 @@ __all__ = [
 ]
 
 
-def html(events: Sequence[Mapping[str, Any]], *, source: str = "") -> str:
+def html(
+    events: Sequence[Mapping[str, Any]],
+    *,
+    source: str = "",
+    verification: Verification | None = None,
+) -> str:
     """The HTML report of a run's events, its path highlighted on the machine's diagram.
 
     Raises `ReportError` for a file with nothing to report, and the `diagrams`
@@ -57,4 +63,4 @@ def html(events: Sequence[Mapping[str, Any]], *, source: str = "") -> str:
     """
     report = build(events)
     trail = [e for e in events if e.get("event") == "transition.fired"]
-    return render(report, diagrams.svg(trail), source=source)
+    return render(report, diagrams.svg(trail), source=source, verification=verification)

@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from statemachine_agent.audit.chain import Verification
 from statemachine_agent.report.build import Iteration, Report, Tokens
 from statemachine_agent.report.fmt import count, usd
 
@@ -89,9 +90,14 @@ def console_for(stream: TextIO) -> Console:
     return Console(file=stream, width=None if stream.isatty() else 120)
 
 
-def print_inspect(report: Report, console: Console) -> None:
-    """The table, then how the run ended."""
+def print_inspect(
+    report: Report, console: Console, verification: Verification | None = None
+) -> None:
+    """The table, then how the run ended, then whether the audit file's chain holds."""
     console.print(inspect_table(report))
+    if verification is not None:
+        style = "green" if verification.ok else "bold red"
+        console.print(Text(f"Audit:      {verification.summary}", style))
     outcome = report.outcome
     if outcome is None:
         console.print(Text("End state:  none (no run.ended event: unfinished or cut short)", "red"))

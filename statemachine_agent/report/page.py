@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from html import escape
 from typing import Any
 
+from statemachine_agent.audit.chain import Verification
 from statemachine_agent.report.build import (
     Iteration,
     ModelCall,
@@ -43,12 +44,22 @@ def _json(value: Any) -> str:
     return _e(json.dumps(value, indent=2, ensure_ascii=False, default=str))
 
 
-def render(report: Report, diagram_svg: str | None, *, source: str = "") -> str:
-    """The whole page. `diagram_svg` is `diagrams.svg(trail)`: Graphviz output, not audit text."""
+def render(
+    report: Report,
+    diagram_svg: str | None,
+    *,
+    source: str = "",
+    verification: Verification | None = None,
+) -> str:
+    """The whole page. `diagram_svg` is `diagrams.svg(trail)`: Graphviz output, not audit text.
+
+    `verification` is the audit file's hash-chain check, shown under the title: a
+    reader should know whether the file was edited before believing the rest.
+    """
     outcome = report.outcome
     status = outcome.end_state if outcome else "unfinished"
     body = [
-        _header(report, source),
+        _header(report, source, verification),
         _outcome(report, outcome),
         _diagram(diagram_svg),
         _budget(report),
@@ -72,7 +83,7 @@ def render(report: Report, diagram_svg: str | None, *, source: str = "") -> str:
 # -- sections ------------------------------------------------------------------------
 
 
-def _header(report: Report, source: str) -> str:
+def _header(report: Report, source: str, verification: Verification | None) -> str:
     meta = []
     if report.model:
         meta.append(f"model <code>{_e(report.model)}</code>")
@@ -89,8 +100,15 @@ def _header(report: Report, source: str) -> str:
     return (
         '<header class="run">'
         f"<h1>Run <code>{_e(report.run_id or '(no run id)')}</code></h1>"
-        f'<p class="meta">{" · ".join(meta)}</p>{prompt}</header>'
+        f'<p class="meta">{" · ".join(meta)}</p>{_chain(verification)}{prompt}</header>'
     )
+
+
+def _chain(verification: Verification | None) -> str:
+    if verification is None:
+        return '<p class="chain unknown">Audit chain: not checked.</p>'
+    kind = "ok" if verification.ok else "broken"
+    return f'<p class="chain {kind}">Audit chain: {_e(verification.summary)}</p>'
 
 
 def _outcome(report: Report, outcome: Outcome | None) -> str:
@@ -349,6 +367,8 @@ pre { background: #f2f4f7; border-radius: 6px; padding: 8px 10px; overflow-x: au
   white-space: pre-wrap; word-break: break-word; margin: 0;
   font: 12.5px/1.45 ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; }
 .meta, .muted { color: var(--muted); margin: 0; }
+.chain { margin: 4px 0 0; font-size: 13px; } .chain.ok { color: var(--ok); }
+.chain.broken { color: var(--bad); font-weight: 700; } .chain.unknown { color: var(--muted); }
 .prompt { margin-top: 10px; } .label { font-size: 12px; color: var(--muted);
   text-transform: uppercase; }
 .prompt .text, .answer, .assistant { white-space: pre-wrap; word-break: break-word; }

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from statemachine_agent.agent import Agent
+from statemachine_agent.audit.chain import AuditKey
 from statemachine_agent.audit.events import default_logger
 from statemachine_agent.audit.sink import AuditSink, JsonlSink
 
@@ -69,12 +70,14 @@ class RunFiles:
 
     The agent opens its own file per run and writes to it directly; on an
     engine that file is gated like any sink, so the folder moves here. Files
-    are opened for appending (a recovered run continues its file) and closed
-    at the run's `run.ended`.
+    are opened for appending (a recovered run continues its file and its hash
+    chain: each file re-seals what it writes, so events dropped or delivered twice
+    under replay never break it) and closed at the run's `run.ended`.
     """
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, audit_key: AuditKey | None = None) -> None:
         self.folder = folder
+        self.audit_key = audit_key
         self._open: dict[str, JsonlSink] = {}
         self._lock = threading.Lock()
 
@@ -86,7 +89,7 @@ class RunFiles:
         with self._lock:
             sink = self._open.get(run_id)
             if sink is None:
-                sink = self._open[run_id] = JsonlSink(self.path(run_id))
+                sink = self._open[run_id] = JsonlSink(self.path(run_id), audit_key=self.audit_key)
             sink.write(event)
             if event.get("event") == "run.ended":
                 self._open.pop(run_id).close()
@@ -109,7 +112,7 @@ def gate_agent(agent: Agent, gate: Gate) -> tuple[Agent, RunFiles | None]:
     sinks: list[AuditSink] = [GatedSink(sink, gate) for sink in audit.sinks]
     files = None
     if audit.dir is not None:
-        files = RunFiles(Path(audit.dir))
+        files = RunFiles(Path(audit.dir), audit.audit_key)
         sinks.append(GatedSink(files, gate))
     logger = audit.logger if audit.logger is not None else default_logger()
     gated = dataclasses.replace(audit, dir=None, sinks=sinks, logger=GatedLogger(logger, gate))
