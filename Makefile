@@ -23,7 +23,8 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/mypy --strict examples
 
-# Programs the tests drive for real (Graphviz, ...), installed when missing.
+# Programs the tests drive for real (Graphviz, to compare graphviz-pure with; Chromium; PostgreSQL),
+# installed with apt-get when missing (needs root; see scripts/system-deps.sh).
 system-deps:
 	bash scripts/system-deps.sh
 
@@ -32,8 +33,9 @@ unit: $(STAMP) system-deps
 
 test: lint typecheck unit
 
-# Regenerate everything derived from the transition table: diagrams/machine.{mmd,dot,svg}
-# (SVG only where Graphviz is installed), docs/states.md and the README's generated blocks.
+# Regenerate everything derived from the transition table: diagrams/machine{,-full}.{mmd,dot,svg}
+# and the package's copy of the review SVG (rendered by graphviz-pure), docs/states.md and the
+# README's generated blocks.
 diagrams: $(STAMP)
 	$(BIN)/python -m statemachine_agent.docgen diagrams docs
 

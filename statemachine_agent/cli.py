@@ -194,8 +194,6 @@ def cmd_report(args: argparse.Namespace) -> int:
         page = report.html(events, source=args.audit, verification=_verify(args))
     except report.ReportError as exc:
         raise UsageError(f"{args.audit}: {exc}") from exc
-    except (diagrams.GraphvizNotFoundError, diagrams.GraphvizError) as exc:
-        raise UsageError(str(exc)) from exc
     output = args.output or str(Path(args.audit).with_suffix(".html"))
     _write(output, page)
     print(f"Report:     {output}")
@@ -245,8 +243,15 @@ def cmd_diagram(args: argparse.Namespace) -> int:
     if args.format == "png" and not args.output:
         raise UsageError("--format png writes a binary image: give -o FILE.png")
     try:
-        data = diagrams.render_bytes(args.format, trail)
-    except (diagrams.GraphvizNotFoundError, diagrams.GraphvizError) as exc:
+        if args.format in ("svg", "png"):
+            rendering = diagrams.rendered(args.format, trail, full=args.full)
+            print(f"Rendered by {rendering.renderer.name}.", file=sys.stderr)
+            data = rendering.data
+        else:
+            data = diagrams.render(args.format, trail, full=args.full).encode("utf-8")
+    except diagrams.GraphvizNotFoundError as exc:
+        raise UsageError(f"{exc}; or use --format mermaid or --format dot") from exc
+    except diagrams.GraphvizError as exc:
         raise UsageError(str(exc)) from exc
     if args.output:
         try:
@@ -313,9 +318,20 @@ def parser() -> argparse.ArgumentParser:
     run.set_defaults(func=cmd_run)
 
     diagram = sub.add_parser("diagram", help="print the machine as a diagram")
-    diagram.add_argument("--format", choices=diagrams.FORMATS, default="mermaid")
+    diagram.add_argument(
+        "--format",
+        choices=diagrams.FORMATS,
+        default="mermaid",
+        help="mermaid and dot are text; svg and png are rendered by Graphviz (default: mermaid)",
+    )
     diagram.add_argument("--run", metavar="AUDIT.jsonl", help="highlight the path of a run")
-    diagram.add_argument("-o", "--output", metavar="FILE")
+    diagram.add_argument(
+        "--full",
+        action="store_true",
+        help="draw every row as its own edge (default: the cancel and crash rows that "
+        "every working state shares are drawn once)",
+    )
+    diagram.add_argument("-o", "--output", metavar="FILE", help="default: stdout")
     diagram.set_defaults(func=cmd_diagram)
 
     report = sub.add_parser("report", help="write a run's audit file as one HTML page")

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import inspect
 import re
-import shutil
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -32,6 +31,17 @@ DIAGRAM_FILES: Mapping[str, str] = {
     "dot": "diagrams/machine.dot",
     "svg": "diagrams/machine.svg",
 }
+"""The review diagram (rows shared by every working state drawn once)."""
+
+FULL_DIAGRAM_FILES: Mapping[str, str] = {
+    "mermaid": "diagrams/machine-full.mmd",
+    "dot": "diagrams/machine-full.dot",
+    "svg": "diagrams/machine-full.svg",
+}
+"""The full diagram: every row its own edge."""
+
+PACKAGED_SVG = f"statemachine_agent/{diagrams.PACKAGED_SVG}"
+"""The review SVG again, inside the package, for reports made without a renderer."""
 STATES_DOC = "docs/states.md"
 README = "README.md"
 
@@ -264,8 +274,8 @@ def refresh_blocks(text: str, blocks: Mapping[str, Callable[[], str]] = README_B
 def generate(root: Path, targets: Iterable[str] = TARGETS) -> tuple[dict[Path, str], list[str]]:
     """Every generated file for `targets` with its content, and what was skipped, and why.
 
-    SVG is skipped (with a note) when Graphviz is not installed: it is the one
-    output that needs a binary, and the text formats carry the same graph.
+    SVG is skipped (with a note) when no Graphviz renderer is installed: it is the
+    one output that needs a binary, and the text formats carry the same graph.
     """
     files: dict[Path, str] = {}
     skipped: list[str] = []
@@ -274,15 +284,19 @@ def generate(root: Path, targets: Iterable[str] = TARGETS) -> tuple[dict[Path, s
     if unknown:
         raise ValueError(f"unknown target(s) {sorted(unknown)}; choose from {list(TARGETS)}")
     if "diagrams" in wanted:
-        for fmt in diagrams.TEXT_FORMATS:
-            files[root / DIAGRAM_FILES[fmt]] = diagrams.render(fmt)
-        if shutil.which("dot"):
-            files[root / DIAGRAM_FILES["svg"]] = diagrams.svg()
-        else:
-            skipped.append(
-                f"{DIAGRAM_FILES['svg']} not regenerated: Graphviz `dot` is not on PATH "
-                f"({diagrams.GRAPHVIZ_HINT})"
-            )
+        renderer = diagrams.find_renderer()
+        for full, names in ((False, DIAGRAM_FILES), (True, FULL_DIAGRAM_FILES)):
+            for fmt in diagrams.TEXT_FORMATS:
+                files[root / names[fmt]] = diagrams.render(fmt, full=full)
+            if renderer is not None:
+                files[root / names["svg"]] = diagrams.svg(full=full)
+            else:
+                skipped.append(
+                    f"{names['svg']} not regenerated: no Graphviz renderer "
+                    f"({diagrams.GRAPHVIZ_HINT})"
+                )
+        if renderer is not None:
+            files[root / PACKAGED_SVG] = files[root / DIAGRAM_FILES["svg"]]
     if "docs" in wanted:
         files[root / STATES_DOC] = states_markdown()
         readme = root / README

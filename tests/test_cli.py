@@ -10,7 +10,6 @@ from __future__ import annotations
 import io
 import json
 import re
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -192,15 +191,21 @@ class TestDiagram:
     def test_svg_without_graphviz_is_a_clear_error(
         self, monkeypatch: pytest.MonkeyPatch, capsys: Capsys
     ) -> None:
-        """Asking for SVG without Graphviz exits 2 naming how to install it."""
-        monkeypatch.setattr(shutil, "which", lambda _name: None)
+        """Asking for SVG with no renderer at all exits 2 naming how to install one, and
+        only the diagram's own flags."""
+        monkeypatch.setattr(diagrams, "find_renderer", lambda: None)
         assert main(["diagram", "--format", "svg"]) == 2
-        assert "apt-get install graphviz" in one_line_error(capsys.readouterr().err)
+        error = one_line_error(capsys.readouterr().err)
+        assert "pip install graphviz-pure" in error
+        assert "apt-get install graphviz" in error
+        assert "--format mermaid" in error
 
-    def test_svg_with_graphviz(self, tmp_path: Path) -> None:
-        """With Graphviz, `--format svg -o FILE` writes an SVG of every state."""
+    def test_svg_with_graphviz(self, tmp_path: Path, capsys: Capsys) -> None:
+        """With a renderer, `--format svg -o FILE` writes an SVG of every state, and says
+        which renderer drew it."""
         target = tmp_path / "machine.svg"
         assert main(["diagram", "--format", "svg", "-o", str(target)]) == 0
+        assert capsys.readouterr().err.startswith("Rendered by graphviz-pure ")
         svg = target.read_text(encoding="utf-8")
         assert "<svg" in svg
         assert all(f"<title>{state}</title>" in svg for state in table.STATES)
@@ -419,10 +424,30 @@ class TestReport:
     def test_without_graphviz(
         self, audit_file: Path, monkeypatch: pytest.MonkeyPatch, capsys: Capsys
     ) -> None:
-        """Without Graphviz the report exits 2 naming how to install it."""
-        monkeypatch.setattr(shutil, "which", lambda _name: None)
-        assert main(["report", str(audit_file)]) == 2
-        assert "apt-get install graphviz" in one_line_error(capsys.readouterr().err)
+        """Without a renderer the report still works: the package's SVG, path marked."""
+        monkeypatch.setattr(diagrams, "find_renderer", lambda: None)
+        assert main(["report", str(audit_file)]) == 0
+        page = audit_file.with_suffix(".html").read_text(encoding="utf-8")
+        assert "The diagram shipped with the package, as no Graphviz renderer" in page
+        assert 'class="edge fired"' in page
+        assert 'class="node visited"' in page
+
+    def test_without_graphviz_or_the_packaged_svg(
+        self, audit_file: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """With neither, the report shows the path as text, and says why."""
+        monkeypatch.setattr(diagrams, "find_renderer", lambda: None)
+        monkeypatch.setattr(diagrams, "packaged_svg", lambda: None)
+        assert main(["report", str(audit_file)]) == 0
+        page = audit_file.with_suffix(".html").read_text(encoding="utf-8")
+        assert "Text form of the diagram" in page
+        assert "stateDiagram-v2" in page
+        assert "(×1)" in page
+
+    def test_says_which_renderer_drew_the_diagram(self, audit_file: Path) -> None:
+        assert main(["report", str(audit_file)]) == 0
+        page = audit_file.with_suffix(".html").read_text(encoding="utf-8")
+        assert "Rendered by graphviz-pure " in page
 
 
 class TestDemoErrors:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import subprocess
 import xml.etree.ElementTree as ET
 from collections import Counter
 from pathlib import Path
@@ -24,7 +25,9 @@ ROOT = Path(__file__).resolve().parents[1]
 STALE = "is stale: run `make diagrams` and commit the result"
 
 MERMAID_EDGE = re.compile(r"^    (\S+) --> (\S+?)(?:: (.*))?$")
-DOT_EDGE = re.compile(r'^    "([^"]+)" -> "([^"]+)" \[label="((?:[^"\\]|\\.)*)"(.*)\];$')
+DOT_EDGE = re.compile(
+    r'^    "([^"]+)" -> "([^"]+)" \[id="[^"]*", label="((?:[^"\\]|\\.)*)"(.*)\];$'
+)
 DOT_NODE = re.compile(r'^    "([^"]+)" \[(.*)\];$')
 
 
@@ -101,6 +104,22 @@ def svg_structure(text: str) -> list[tuple[str, str, tuple[str, ...]]]:
 
 
 class TestCommittedFiles:
+    def test_full_diagrams_are_fresh(self) -> None:
+        """diagrams/machine-full.{mmd,dot,svg} are the full drawing as generated now."""
+        for name, text in (("mmd", diagrams.mermaid(full=True)), ("dot", diagrams.dot(full=True))):
+            committed = (ROOT / "diagrams" / f"machine-full.{name}").read_text(encoding="utf-8")
+            assert committed == text, f"diagrams/machine-full.{name} {STALE}"
+        committed = (ROOT / "diagrams" / "machine-full.svg").read_text(encoding="utf-8")
+        assert svg_structure(committed) == svg_structure(diagrams.svg(full=True))
+
+    def test_packaged_svg_is_the_committed_one(self) -> None:
+        """The SVG shipped in the package (for reports without a renderer) is the committed
+        review diagram, byte for byte, and is what `packaged_svg` reads."""
+        committed = (ROOT / "diagrams" / "machine.svg").read_text(encoding="utf-8")
+        packaged = ROOT / "statemachine_agent" / diagrams.PACKAGED_SVG
+        assert packaged.read_text(encoding="utf-8") == committed, f"{packaged} {STALE}"
+        assert diagrams.packaged_svg() == committed
+
     def test_mermaid_is_fresh(self) -> None:
         """diagrams/machine.mmd is exactly what the table generates now."""
         committed = (ROOT / "diagrams" / "machine.mmd").read_text(encoding="utf-8")
@@ -127,8 +146,8 @@ class TestMermaid:
         assert f"    [*] --> {table.INITIAL_STATE}" in lines
 
     def test_every_row_is_an_edge(self) -> None:
-        """Each table row is one edge with its trigger and guards as the label."""
-        edges = Counter(mermaid_edges(diagrams.mermaid()))
+        """In the full drawing each table row is one edge with its trigger and guards."""
+        edges = Counter(mermaid_edges(diagrams.mermaid(full=True)))
         wanted = Counter((row.source, row.dest, row.label) for row in table.ROWS)
         assert wanted - edges == Counter()
         between_states = [e for e in edges.elements() if "[*]" not in (e[0], e[1])]
@@ -208,8 +227,10 @@ class TestHighlight:
     def test_unfired_rows_have_no_count(self) -> None:
         """Rows the run did not take keep their plain label."""
         text = diagrams.mermaid(run_seed().trail)
+        assert ("observe", "stalled", "observed [stall_persists]") in mermaid_edges(text)
+        full = diagrams.mermaid(run_seed().trail, full=True)
         cancel = next(r for r in table.ROWS if r.dest == "cancelled")
-        assert (cancel.source, cancel.dest, cancel.label) in mermaid_edges(text)
+        assert (cancel.source, cancel.dest, cancel.label) in mermaid_edges(full)
 
     def test_audit_dicts_highlight_like_records(self) -> None:
         """The `transition.fired` dicts of an audit file highlight exactly like the records."""
@@ -233,8 +254,9 @@ class TestHighlight:
 
 class TestDot:
     def test_every_row_is_an_edge(self) -> None:
-        """Each table row is one DOT edge labelled with its trigger and guards."""
-        edges = Counter((s, d, lbl) for s, d, lbl, _ in dot_edges(diagrams.dot()))
+        """In the full drawing each table row is one DOT edge labelled with its trigger and
+        guards."""
+        edges = Counter((s, d, lbl) for s, d, lbl, _ in dot_edges(diagrams.dot(full=True)))
         assert edges == Counter((row.source, row.dest, row.label) for row in table.ROWS)
 
     def test_end_and_reserved_states_are_marked(self) -> None:
@@ -268,17 +290,63 @@ class TestDot:
 
 class TestSvg:
     def test_missing_graphviz_names_the_install(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        """Without `dot` on PATH, SVG fails with the command that installs Graphviz."""
-        monkeypatch.setattr(shutil, "which", lambda _name: None)
-        with pytest.raises(diagrams.GraphvizNotFoundError, match="apt-get install graphviz"):
+        """Without any renderer, SVG fails naming both ways to install one."""
+        monkeypatch.setattr(diagrams, "find_renderer", lambda: None)
+        with pytest.raises(diagrams.GraphvizNotFoundError, match="pip install graphviz-pure"):
             diagrams.svg()
+        with pytest.raises(diagrams.GraphvizNotFoundError, match="apt-get install graphviz"):
+            diagrams.png()
+
+    def test_graphviz_pure_is_preferred_then_the_system_dot(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The wheel's renderer is found without PATH; the system `dot` is the fallback."""
+        monkeypatch.setenv("PATH", "")
+        found = diagrams.find_renderer()
+        assert found is not None
+        assert found.name.startswith("graphviz-pure ")
+        system = shutil.which("dot", path="/usr/bin:/usr/local/bin")
+        assert system, "run `make system-deps` (Debian package graphviz)"
+        monkeypatch.setenv("PATH", str(Path(system).parent))
+        monkeypatch.setattr(diagrams, "_graphviz_pure", lambda: None)
+        fallback = diagrams.find_renderer()
+        assert fallback == diagrams.Renderer("the system Graphviz dot", system)
+        assert "<svg" in diagrams.svg()
+
+    def test_graphviz_pure_draws_what_the_system_dot_draws(self) -> None:
+        """On the committed diagrams, graphviz-pure and the system Graphviz draw the same
+        nodes, edges and labels (layouts differ by version and font metrics)."""
+        pure = diagrams.find_renderer()
+        system = shutil.which("dot")
+        assert pure is not None
+        assert system, "run `make system-deps` (Debian package graphviz)"
+        for name in ("machine.dot", "machine-full.dot"):
+            source = (ROOT / "diagrams" / name).read_bytes()
+            drawn = [
+                subprocess.run(
+                    [program, "-Tsvg"], input=source, capture_output=True, check=True
+                ).stdout.decode("utf-8")
+                for program in (pure.path, system)
+            ]
+            assert svg_structure(drawn[0]) == svg_structure(drawn[1]), name
+
+    def test_png_is_a_png(self) -> None:
+        assert diagrams.png().startswith(b"\x89PNG\r\n\x1a\n")
 
     def test_renders_every_row(self) -> None:
-        """The SVG has one edge per row plus the start arrow, and a node per state."""
-        shapes = svg_structure(diagrams.svg())
+        """The full SVG has one edge per row plus the start arrow, and a node per state."""
+        shapes = svg_structure(diagrams.svg(full=True))
         assert sum(1 for kind, *_ in shapes if kind == "edge") == len(table.ROWS) + 1
         titles = {title for kind, title, _ in shapes if kind == "node"}
         assert set(table.STATES) <= titles
+
+    def test_every_node_and_edge_has_its_id(self) -> None:
+        """Each state and each drawn edge carries its stable SVG id, for marking a path on
+        an SVG rendered before the run."""
+        text = diagrams.svg(full=True)
+        ids = set(re.findall(r'<g id="([^"]+)" class="(?:node|edge)">', text))
+        assert {diagrams.state_id(name) for name in table.STATES} <= ids
+        assert {diagrams.row_id(row.key) for row in table.ROWS} <= ids
 
     def test_render_knows_every_format(self) -> None:
         """`render` accepts each listed format and rejects others by name."""
@@ -286,3 +354,49 @@ class TestSvg:
         assert diagrams.render("dot") == diagrams.dot()
         with pytest.raises(ValueError, match="unknown diagram format 'png'"):
             diagrams.render("png")
+
+
+class TestReviewDrawing:
+    """The default drawing: the rows every working state shares are drawn once."""
+
+    def test_the_shared_rows_are_cancel_and_crash(self) -> None:
+        groups = {group.label: group for group in diagrams.common_edges()}
+        assert set(groups) == {"crashed", "any trigger [cancel_requested]"}
+        working = set(table.WORKING_STATES + table.HELPER_STATES)
+        for group in groups.values():
+            assert set(group.sources) == working
+        assert {r.dest for r in groups["crashed"].rows} == {"failed"}
+        cancel_rows = [r for r in table.ROWS if "cancel_requested" in r.guards]
+        assert groups["any trigger [cancel_requested]"].rows == tuple(cancel_rows)
+
+    def test_every_row_is_an_edge_or_in_one_group(self) -> None:
+        """Nothing is lost: each row is drawn on its own or through exactly one group."""
+        grouped = Counter(row.key for g in diagrams.common_edges() for row in g.rows)
+        edges = Counter(mermaid_edges(diagrams.mermaid()))
+        for row in table.ROWS:
+            alone = edges[(row.source, row.dest, row.label)]
+            assert alone + grouped[row.key] == 1, row
+        for group in diagrams.common_edges():
+            assert edges[(diagrams.ANY_STATE, group.dest, group.label)] == 1
+        between = [e for e in edges.elements() if "[*]" not in (e[0], e[1])]
+        assert len(between) < len(table.ROWS) - 10
+
+    def test_a_fired_shared_row_counts_on_its_group(self) -> None:
+        """A run cancelled in `act` lights the grouped cancel edge, with its count."""
+        trail = [
+            {"source": "perceive", "trigger": "prepared", "dest": "reason", "via": []},
+            {"source": "reason", "trigger": "replied", "dest": "act", "via": ["is_tool_use"]},
+            {
+                "source": "act",
+                "trigger": "tools_done",
+                "dest": "cancelled",
+                "via": ["cancel_requested"],
+            },
+        ]
+        edges = mermaid_edges(diagrams.mermaid(trail))
+        assert (diagrams.ANY_STATE, "cancelled", "any trigger [cancel_requested] (×1)") in edges
+        fired, visited = diagrams.marked_ids(trail)
+        assert "group.cancelled.cancel_requested" in fired
+        assert diagrams.state_id("cancelled") in visited
+        full_fired, _ = diagrams.marked_ids(trail, full=True)
+        assert "row.act.tools_done.cancelled.cancel_requested" in full_fired

@@ -249,10 +249,16 @@ class TestHtml:
         _path, events = demo_events("stall", tmp_path)
         trail = [e for e in events if e["event"] == "transition.fired"]
         marks = diagrams.highlight(trail)
-        svg = mark_diagram(diagrams.svg(trail))
+        fired, visited = diagrams.marked_ids(trail, full=True)
+        svg = mark_diagram(diagrams.svg(trail, full=True), fired, visited)
         assert svg.startswith("<svg")
         assert svg.count('class="edge fired"') == len(marks.rows)
         assert svg.count('class="node visited"') == len(marks.states)
+        packaged = diagrams.packaged_svg()
+        assert packaged is not None
+        review = mark_diagram(packaged, *diagrams.marked_ids(trail))
+        assert review.count('class="edge fired"') == len(diagrams.marked_ids(trail)[0])
+        assert review.count('class="node visited"') == len(marks.states)
 
     def test_unfinished_run_says_so(self) -> None:
         """Without run.ended the result section names the missing event."""

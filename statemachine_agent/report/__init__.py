@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from statemachine_agent import diagrams
 from statemachine_agent.audit.chain import Verification
 from statemachine_agent.report.build import (
     Iteration,
@@ -26,10 +25,12 @@ from statemachine_agent.report.build import (
     build,
 )
 from statemachine_agent.report.console import inspect_table, print_inspect
+from statemachine_agent.report.drawing import Drawing, drawing
 from statemachine_agent.report.live import RunProgress, live_status
 from statemachine_agent.report.page import render
 
 __all__ = [
+    "Drawing",
     "Iteration",
     "ModelCall",
     "Note",
@@ -41,6 +42,7 @@ __all__ = [
     "ToolRun",
     "Transition",
     "build",
+    "drawing",
     "html",
     "inspect_table",
     "live_status",
@@ -57,10 +59,10 @@ def html(
 ) -> str:
     """The HTML report of a run's events, its path highlighted on the machine's diagram.
 
-    Raises `ReportError` for a file with nothing to report, and the `diagrams`
-    errors when Graphviz is missing or fails: the diagram is the report's centre,
-    so it is never silently left out.
+    Raises `ReportError` for a file with nothing to report. Without a Graphviz
+    renderer the diagram falls back to the one shipped in the package, or to
+    text (`drawing.py`), and the page says so: the report is never refused.
     """
     report = build(events)
     trail = [e for e in events if e.get("event") == "transition.fired"]
-    return render(report, diagrams.svg(trail), source=source, verification=verification)
+    return render(report, drawing(trail), source=source, verification=verification)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from html import escape
 from typing import Any
@@ -25,14 +26,14 @@ from statemachine_agent.report.build import (
     Transition,
 )
 from statemachine_agent.report.chart import budget_chart
+from statemachine_agent.report.drawing import Drawing
 from statemachine_agent.report.fmt import count, seconds, usd
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 """Nothing may be fetched or run: the page is data, and works offline."""
 
-_GROUP = re.compile(r'<g id="(?:node|edge)\d+" class="(node|edge)">')
-"""The opening tag of each node and edge Graphviz draws; what follows, up to the next
-one, is that element's drawing."""
+_GROUP = re.compile(r'<g id="([^"]*)" class="(node|edge)">')
+"""The opening tag of each node and edge Graphviz draws, with the id `diagrams` gave it."""
 
 
 def _e(value: Any) -> str:
@@ -46,12 +47,12 @@ def _json(value: Any) -> str:
 
 def render(
     report: Report,
-    diagram_svg: str | None,
+    diagram: Drawing | None,
     *,
     source: str = "",
     verification: Verification | None = None,
 ) -> str:
-    """The whole page. `diagram_svg` is `diagrams.svg(trail)`: Graphviz output, not audit text.
+    """The whole page. `diagram` is the machine's picture (`report.drawing`), if any.
 
     `verification` is the audit file's hash-chain check, shown under the title: a
     reader should know whether the file was edited before believing the rest.
@@ -61,7 +62,7 @@ def render(
     body = [
         _header(report, source, verification),
         _outcome(report, outcome),
-        _diagram(diagram_svg),
+        _diagram(diagram),
         _budget(report),
         _timeline(report),
         f"<footer>Built by <code>statemachine-agent report</code> from {report.event_count} "
@@ -151,11 +152,14 @@ def _outcome(report: Report, outcome: Outcome | None) -> str:
     )
 
 
-def _diagram(svg: str | None) -> str:
-    if svg is None:
-        inner = '<p class="muted">No diagram: Graphviz was not available.</p>'
+def _diagram(diagram: Drawing | None) -> str:
+    if diagram is None:
+        inner = '<p class="muted">No diagram.</p>'
+    elif diagram.svg is not None:
+        svg = mark_diagram(diagram.svg, diagram.fired, diagram.visited)
+        inner = f'<p class="muted">{_e(diagram.note)}</p><div class="diagram">{svg}</div>'
     else:
-        inner = f'<div class="diagram">{mark_diagram(svg)}</div>'
+        inner = f'<p class="muted">{_e(diagram.note)}</p><pre>{_e(diagram.text or "")}</pre>'
     return (
         '<section id="diagram"><h2>State machine</h2>'
         '<p class="legend"><span class="key visited">visited state</span>'
@@ -165,30 +169,36 @@ def _diagram(svg: str | None) -> str:
     )
 
 
-def mark_diagram(svg: str) -> str:
+def mark_diagram(svg: str, fired: Iterable[str], visited: Iterable[str]) -> str:
     """Graphviz's SVG, made inline: no XML prolog, scalable, and with the run's path
     tagged (`class="edge fired"`, `class="node visited"`) so CSS and tests can find it.
 
-    `diagrams.dot` marks what a run did with a `(×N)` count on each fired edge's
-    label and an `×N` line in each visited state; that count is what is matched.
+    Nodes and edges are found by the SVG ids `diagrams` gives them, so the path can
+    be marked on any rendering of the diagram, including one made before the run.
     """
     start = svg.find("<svg")
     svg = svg[start:] if start >= 0 else svg
-    svg = re.sub(r'<svg width="[^"]*" height="[^"]*"', '<svg class="machine"', svg, count=1)
+    svg = re.sub(r'<svg width="([^"]*)" height="[^"]*"', _scalable, svg, count=1)
+    marked = {"edge": set(fired), "node": set(visited)}
+    tag = {"edge": "edge fired", "node": "node visited"}
 
-    starts = [*_GROUP.finditer(svg)]
-    out = [svg[: starts[0].start()] if starts else svg]
-    for index, match in enumerate(starts):
-        end = starts[index + 1].start() if index + 1 < len(starts) else len(svg)
-        drawing = svg[match.end() : end]
-        kind = match.group(1)
-        if kind == "edge" and "(×" in drawing:
-            kind = "edge fired"
-        elif kind == "node" and re.search(r">×\d+</text>", drawing):
-            kind = "node visited"
-        out.append(match.group(0).replace(f'class="{match.group(1)}"', f'class="{kind}"'))
-        out.append(drawing)
-    return "".join(out)
+    def mark(match: re.Match[str]) -> str:
+        element, kind = match.group(1), match.group(2)
+        if element in marked[kind]:
+            return match.group(0).replace(f'class="{kind}"', f'class="{tag[kind]}"')
+        return match.group(0)
+
+    return _GROUP.sub(mark, svg)
+
+
+def _scalable(match: re.Match[str]) -> str:
+    """The `<svg` tag without a fixed size: the page's width, but never narrower than
+    three quarters of the drawing's own size, so its 12 pt labels stay readable (the
+    section scrolls sideways instead)."""
+    size = re.fullmatch(r"([\d.]+)pt", match.group(1))
+    if size is None:
+        return '<svg class="machine"'
+    return f'<svg class="machine" style="min-width: {float(size.group(1)):.0f}px"'
 
 
 def _budget(report: Report) -> str:
@@ -392,9 +402,14 @@ pre { background: #f2f4f7; border-radius: 6px; padding: 8px 10px; overflow-x: au
 .legend .fired::before { height: 3px; background: var(--ok); vertical-align: 3px; }
 .legend .end::before { border: 2px solid var(--bad); }
 .diagram { overflow: auto; max-height: 85vh; border: 1px solid var(--line); border-radius: 6px; }
-svg.machine { display: block; width: 100%; min-width: 1100px; height: auto; }
-svg.machine g.edge:not(.fired) { opacity: .4; }
-svg.machine g.edge.fired text { font-weight: 700; }
+svg.machine { display: block; width: 100%; height: auto; }
+svg.machine g.edge:not(.fired) path, svg.machine g.edge:not(.fired) polygon { opacity: .45; }
+svg.machine g.edge:not(.fired) text { fill: #475467; }
+svg.machine g.edge.fired path { stroke: var(--ok); stroke-width: 2.5; }
+svg.machine g.edge.fired polygon { stroke: var(--ok); fill: var(--ok); }
+svg.machine g.edge.fired text { font-weight: 700; fill: var(--ok); }
+svg.machine g.node.visited path, svg.machine g.node.visited polygon { fill: var(--ok-bg);
+  stroke-width: 2; }
 .chart { overflow-x: auto; }
 .budget-chart .axis { stroke: #98a2b3; } .budget-chart .grid { stroke: var(--line); }
 .budget-chart .limit { stroke: var(--bad); stroke-dasharray: 5 4; }
