@@ -8,11 +8,10 @@ machine. Agents hold no per-run state, so one agent serves many concurrent runs.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import dataclasses
 import inspect
 import uuid
-from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from os import PathLike
 from pathlib import Path
 from types import MappingProxyType
@@ -23,6 +22,7 @@ from statemachine_agent.audit.config import Audit
 from statemachine_agent.audit.events import Emitter
 from statemachine_agent.audit.redact import Redactor
 from statemachine_agent.audit.sink import AuditSink, JsonlSink
+from statemachine_agent.blocking import run_blocking
 from statemachine_agent.context.notices import add_user_text
 from statemachine_agent.effects.base import Effects, InProcessEffects
 from statemachine_agent.machine.context import AgentDeps, PhaseContext
@@ -372,7 +372,7 @@ class Agent:
         Safe to call where an event loop is already running (a notebook, a
         framework callback): the run then happens on a worker thread.
         """
-        return _blocking(
+        return run_blocking(
             self.arun(
                 prompt,
                 history=history,
@@ -459,7 +459,7 @@ class Agent:
         metadata: Mapping[str, Any] | None = None,
     ) -> RunResult:
         """Continue a checkpointed run (blocking); see `aresume`."""
-        return _blocking(
+        return run_blocking(
             self.aresume(run_id, decisions=decisions, cancel=cancel, output_type=output_type,
                          deps=deps, metadata=metadata)
         )  # fmt: skip
@@ -555,15 +555,6 @@ class RunHandle:
 
     def __await__(self) -> Any:
         return self._task.__await__()
-
-
-def _blocking(coro: Coroutine[Any, Any, RunResult]) -> RunResult:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, coro).result()
 
 
 def with_prompt(history: Sequence[JSON], prompt: str | Sequence[JSON]) -> list[JSON]:

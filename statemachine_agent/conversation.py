@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from statemachine_agent.agent import Agent, _blocking
+from statemachine_agent.agent import Agent
+from statemachine_agent.blocking import run_blocking
 from statemachine_agent.machine.engine import CancelToken
 from statemachine_agent.machine.result import RunResult
 from statemachine_agent.models.base import JSON
@@ -53,7 +54,7 @@ class Conversation:
         metadata: Mapping[str, Any] | None = None,
     ) -> RunResult:
         """Run one turn (blocking)."""
-        return _blocking(self.asend(text, cancel=cancel, deps=deps, metadata=metadata))
+        return run_blocking(self.asend(text, cancel=cancel, deps=deps, metadata=metadata))
 
     async def asend(
         self,
@@ -83,7 +84,7 @@ class Conversation:
         return self._keep(result)
 
     def resume(self, decisions: Mapping[str, Decision], *, deps: Any = None) -> RunResult:
-        return _blocking(self.aresume(decisions, deps=deps))
+        return run_blocking(self.aresume(decisions, deps=deps))
 
     def _keep(self, result: RunResult) -> RunResult:
         self.results.append(result)

@@ -182,14 +182,15 @@ class TestToolRoundTrip:
         assert tool_messages(server.requests[1])[0]["content"] == "1024"
 
     def test_model_reused_across_runs(self, server: FakeOpenAIServer) -> None:
-        """One model serves run after run, each in its own event loop, over keep-alive."""
+        """One model serves run after run: sync runs share the thread's kept loop and client."""
         model = model_for(server)
         for k in range(3):
             server.add(chat_text(f"answer {k}"))
             assert Agent(model).run("q").text == f"answer {k}"
         server.add(chat_text("async"))
         assert asyncio.run(Agent(model).arun("q")).text == "async"
-        assert len(model._loop_clients) == 0  # each loop's client was closed with its loop
+        assert server.connections == 2  # the sync runs' kept client, and the async run's
+        assert len(model._loop_clients) == 1  # the async run's client closed with its loop
 
     def test_sync_complete(self, server: FakeOpenAIServer) -> None:
         """The sync client answers a single request directly, with the server's request id."""

@@ -46,6 +46,8 @@ class ScriptedServer(Generic[Error]):
         """Bodies the validator rejected, with their problems."""
         self.errors: list[BaseException] = []
         """Exceptions raised by scripted callables (they also became 500s)."""
+        self.connections = 0
+        """TCP connections accepted so far (a client reusing keep-alive opens few)."""
         self._script: deque[JSON | Error | Callable[[JSON], JSON | Error]] = deque(responses)
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
@@ -154,10 +156,19 @@ class ScriptedHandler(BaseHTTPRequestHandler):
 
     protocol_version = "HTTP/1.1"
     """Keep-alive, as the real APIs: clients that reuse connections are tested too."""
+    disable_nagle_algorithm = True
+    """Headers and body go out as separate writes; with Nagle's algorithm on, the body
+    waits for the client's delayed ACK of the headers (~40 ms per response)."""
 
     @property
     def scripted(self) -> ScriptedServer[Any]:
         return cast(_HTTPServer, self.server).owner
+
+    def setup(self) -> None:
+        super().setup()
+        owner = self.scripted
+        with owner._lock:
+            owner.connections += 1
 
     def log_message(self, format: str, *args: Any) -> None:
         """No request log on stderr."""

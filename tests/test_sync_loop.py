@@ -1,0 +1,160 @@
+"""The sync API keeps its event loop, so a model's SDK client serves run after run.
+
+Counted at the real boundary: the real `anthropic` SDK against the local
+Messages API server, which counts the TCP connections it accepts. Nothing may
+be left open at exit: a child interpreter with ResourceWarning turned into an
+error must exit cleanly, with nothing reported on stderr.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import textwrap
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import anthropic
+import pytest
+
+from statemachine_agent import Agent, AnthropicModel, calculate
+from statemachine_agent.blocking import run_blocking, thread_loop
+from statemachine_agent.testing import FakeAnthropicServer, replies
+
+API_KEY = "sk-ant-api03-TESTSECRET-abcdefghijklmnop"
+
+
+@pytest.fixture
+def server() -> Iterator[FakeAnthropicServer]:
+    with FakeAnthropicServer() as fake:
+        yield fake
+
+
+class CountingClients:
+    """Counts the async SDK clients a model makes."""
+
+    def __init__(self) -> None:
+        self.made = 0
+        self._real = anthropic.AsyncAnthropic
+
+    def __call__(self, **options: Any) -> anthropic.AsyncAnthropic:
+        self.made += 1
+        return self._real(**options)
+
+
+def test_ten_sync_runs_share_one_client_and_one_connection(
+    server: FakeAnthropicServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    counting = CountingClients()
+    model = AnthropicModel(api_key=API_KEY, base_url=server.base_url)
+    monkeypatch.setattr(anthropic, "AsyncAnthropic", counting)
+    agent = Agent(model, tools=[calculate])
+    for k in range(10):
+        server.add(replies.tool_use("calculate", {"expression": f"{k}+1"}), replies.text(f"{k}"))
+        assert agent.run(f"what is {k}+1?").text == f"{k}"
+    assert counting.made == 1
+    assert server.connections == 1
+    assert len(server.requests) == 20
+    assert server.invalid_requests == []
+
+
+def test_sync_runs_from_inside_a_running_loop_reuse_their_worker_loop(
+    server: FakeAnthropicServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Called where a loop runs (a notebook), runs go to one kept worker, not a thread each."""
+    counting = CountingClients()
+    model = AnthropicModel(api_key=API_KEY, base_url=server.base_url)
+    monkeypatch.setattr(anthropic, "AsyncAnthropic", counting)
+    agent = Agent(model)
+
+    async def host() -> list[str]:
+        texts = []
+        for k in range(5):
+            server.add(replies.text(f"answer {k}"))
+            texts.append(agent.run("q").text)
+        return texts
+
+    assert asyncio.run(host()) == [f"answer {k}" for k in range(5)]
+    assert counting.made == 1
+    assert server.connections == 1
+
+
+def test_tasks_a_run_leaves_behind_are_cancelled_when_it_returns() -> None:
+    """As with `asyncio.run`: a later sync call never runs an earlier call's leftovers."""
+    started: list[asyncio.Task[None]] = []
+    cancelled = threading.Event()
+
+    async def forever() -> None:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    async def leave_a_task() -> int:
+        started.append(asyncio.get_running_loop().create_task(forever()))
+        await asyncio.sleep(0)
+        return 7
+
+    assert run_blocking(leave_a_task()) == 7
+    assert cancelled.is_set()
+    assert started[0].cancelled()
+    loop = thread_loop()
+    assert loop is not None
+    assert not loop.is_closed()
+    assert run_blocking(leave_a_task()) == 7
+    assert thread_loop() is loop
+
+
+def test_each_thread_keeps_its_own_loop_and_closes_it_when_the_thread_ends() -> None:
+    loops: list[asyncio.AbstractEventLoop] = []
+
+    async def which() -> asyncio.AbstractEventLoop:
+        return asyncio.get_running_loop()
+
+    def in_thread() -> None:
+        loops.append(run_blocking(which()))
+        loops.append(run_blocking(which()))
+
+    worker = threading.Thread(target=in_thread)
+    worker.start()
+    worker.join()
+    assert loops[0] is loops[1]
+    assert loops[0] is not run_blocking(which())
+    assert loops[0].is_closed()  # the thread ended, so its kept loop was closed
+
+
+CHILD = """
+import gc, sys, warnings
+warnings.simplefilter("error", ResourceWarning)
+from statemachine_agent import Agent, AnthropicModel
+from statemachine_agent.testing import FakeAnthropicServer, replies
+
+server = FakeAnthropicServer()
+model = AnthropicModel(api_key="sk-ant-api03-TESTSECRET-abcdefghijklmnop", base_url=server.base_url)
+agent = Agent(model)
+for k in range(10):
+    server.add(replies.text(f"answer {k}"))
+    assert agent.run("q").text == f"answer {k}"
+print("connections", server.connections)
+server.close()
+gc.collect()
+"""
+
+
+def test_nothing_is_left_open_at_exit() -> None:
+    """The kept loop and the client parked on it are closed at exit, without a warning."""
+    done = subprocess.run(
+        [sys.executable, "-W", "error::ResourceWarning", "-c", textwrap.dedent(CHILD)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "connections 1"
+    assert "ResourceWarning" not in done.stderr
+    assert "unclosed" not in done.stderr.lower()
+    assert "Exception ignored" not in done.stderr
