@@ -33,6 +33,7 @@ import functools
 import hashlib
 import json
 import unicodedata
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final, Literal, TypeGuard, cast, get_args
@@ -151,6 +152,168 @@ class _Observation:
 _DEFAULT_POLICY: Final = StallPolicy()
 
 
+class _Group:
+    """Calls that fall together (same key), oldest first, with a count of their arguments."""
+
+    __slots__ = ("args", "calls")
+
+    def __init__(self) -> None:
+        self.calls: deque[_Observation] = deque()
+        self.args: Counter[str] = Counter()
+
+    def add(self, o: _Observation) -> None:
+        self.calls.append(o)
+        self.args[o.args] += 1
+
+    def drop_oldest(self) -> _Observation:
+        o = self.calls.popleft()
+        left = self.args[o.args] - 1
+        if left:
+            self.args[o.args] = left
+        else:
+            del self.args[o.args]
+        return o
+
+
+class _ToolCalls:
+    """One tool's calls in the window, as the oscillation pattern reads them.
+
+    A call is a "return" when its outcome differs from the tool's previous call's and
+    an earlier call of the tool (in the window) got that outcome with other arguments.
+    `changed` is fixed when a call is recorded; "other arguments" only changes when the
+    oldest call of the same outcome leaves the window, so only that outcome's calls are
+    looked at again.
+    """
+
+    __slots__ = ("args", "by_outcome", "calls", "changed", "returns")
+
+    def __init__(self) -> None:
+        self.calls: deque[_Observation] = deque()
+        self.args: Counter[str] = Counter()
+        self.by_outcome: dict[tuple[str, bool], _Group] = {}
+        self.changed: dict[int, bool] = {}
+        self.returns: set[int] = set()
+        """Sequence numbers of the calls that are returns."""
+
+    def add(self, o: _Observation) -> None:
+        changed = not self.calls or self.calls[-1].outcome != o.outcome
+        same = self.by_outcome.get(o.outcome)
+        if same is None:
+            same = self.by_outcome[o.outcome] = _Group()
+        elif changed and _other_args(same.args, o.args):
+            self.returns.add(o.seq)
+        same.add(o)
+        self.calls.append(o)
+        self.args[o.args] += 1
+        self.changed[o.seq] = changed
+
+    def drop_oldest(self) -> None:
+        o = self.calls.popleft()
+        left = self.args[o.args] - 1
+        if left:
+            self.args[o.args] = left
+        else:
+            del self.args[o.args]
+        del self.changed[o.seq]
+        self.returns.discard(o.seq)
+        same = self.by_outcome[o.outcome]
+        same.drop_oldest()
+        if not same.calls:
+            del self.by_outcome[o.outcome]
+            return
+        seen: Counter[str] = Counter()
+        for c in same.calls:
+            if self.changed[c.seq] and _other_args(seen, c.args):
+                self.returns.add(c.seq)
+            else:
+                self.returns.discard(c.seq)
+            seen[c.args] += 1
+
+
+def _other_args(seen: Counter[str], args: str) -> bool:
+    """Whether `seen` holds some arguments other than `args`."""
+    return len(seen) > 1 or (len(seen) == 1 and args not in seen)
+
+
+class _Index:
+    """What the patterns read, kept up to date per observation instead of rescanned.
+
+    Each pattern used to scan the whole window on every check (O(window) per tool
+    call, the largest item of an iteration on long runs); now recording a call, or
+    forgetting the oldest one, updates per-pattern counters in time proportional to
+    the calls it touches, and a check reads only the groups that meet the threshold.
+    """
+
+    __slots__ = ("chains", "near", "near_hits", "policy", "repeat_hits", "repeats", "tools")
+
+    def __init__(self, policy: StallPolicy) -> None:
+        self.policy = policy
+        self.repeats: dict[tuple[str, str, str, bool], _Group] = {}
+        self.repeat_hits: set[tuple[str, str, str, bool]] = set()
+        """Keys of the repeat groups with at least `threshold` calls."""
+        self.near: dict[tuple[str, str], _Group] = {}
+        self.near_hits: set[tuple[str, str]] = set()
+        """Keys of near-duplicate groups with `threshold` calls and two argument variants."""
+        self.tools: dict[str, _ToolCalls] = {}
+        self.chains = [0] * (policy.max_cycle_period + 1)
+        """chains[p]: how many calls back from the latest one match the call p earlier."""
+
+    def add(self, observations: Sequence[_Observation]) -> None:
+        """Take in `observations[-1]`, just appended."""
+        o = observations[-1]
+        threshold = self.policy.threshold
+        group = self.repeats.get(o.key)
+        if group is None:
+            group = self.repeats[o.key] = _Group()
+        group.add(o)
+        if len(group.calls) >= threshold:
+            self.repeat_hits.add(o.key)
+        if self.policy.similarity is None:
+            near_key = (o.tool, _normal_key(o.args))
+            near = self.near.get(near_key)
+            if near is None:
+                near = self.near[near_key] = _Group()
+            near.add(o)
+            self._judge_near(near_key, near)
+        tool = self.tools.get(o.tool)
+        if tool is None:
+            tool = self.tools[o.tool] = _ToolCalls()
+        tool.add(o)
+        n = len(observations)
+        for period in range(2, len(self.chains)):
+            matches = n > period and observations[n - 1 - period].key == o.key
+            self.chains[period] = self.chains[period] + 1 if matches else 0
+
+    def drop(self, o: _Observation, observations: Sequence[_Observation]) -> None:
+        """Forget `o`, the oldest observation, already removed from `observations`."""
+        group = self.repeats[o.key]
+        group.drop_oldest()
+        if len(group.calls) < self.policy.threshold:
+            self.repeat_hits.discard(o.key)
+        if not group.calls:
+            del self.repeats[o.key]
+        if self.policy.similarity is None:
+            near_key = (o.tool, _normal_key(o.args))
+            near = self.near[near_key]
+            near.drop_oldest()
+            self._judge_near(near_key, near)
+            if not near.calls:
+                del self.near[near_key]
+        tool = self.tools[o.tool]
+        tool.drop_oldest()
+        if not tool.calls:
+            del self.tools[o.tool]
+        n = len(observations)
+        for period in range(2, len(self.chains)):
+            self.chains[period] = min(self.chains[period], max(0, n - period))
+
+    def _judge_near(self, key: tuple[str, str], group: _Group) -> None:
+        if len(group.calls) >= self.policy.threshold and len(group.args) >= 2:
+            self.near_hits.add(key)
+        else:
+            self.near_hits.discard(key)
+
+
 class StallDetector:
     """Records tool calls and reports the first stall pattern among them.
 
@@ -163,11 +326,12 @@ class StallDetector:
     HISTORY: ClassVar[int] = 200
     """Observations kept; older ones are forgotten, so memory stays bounded on long runs."""
 
-    __slots__ = ("_acknowledged_at", "_next_seq", "_observations", "_policy")
+    __slots__ = ("_acknowledged_at", "_index", "_next_seq", "_observations", "_policy")
 
     def __init__(self, policy: StallPolicy = _DEFAULT_POLICY) -> None:
         self._policy = policy
         self._observations: list[_Observation] = []
+        self._index = _Index(policy)
         self._next_seq = 0
         self._acknowledged_at = 0
         """Sequence number of the first call recorded after the last acknowledge()."""
@@ -188,8 +352,9 @@ class StallDetector:
             )
         )
         self._next_seq += 1
-        if len(self._observations) > self.HISTORY:
-            del self._observations[: len(self._observations) - self.HISTORY]
+        self._index.add(self._observations)
+        while len(self._observations) > self.HISTORY:
+            self._index.drop(self._observations.pop(0), self._observations)
 
     def acknowledge(self) -> None:
         """Note that the engine intervened, so the current finding needs new evidence to recur."""
@@ -256,7 +421,9 @@ class StallDetector:
                 raise ValueError("malformed stall state: observations out of order")
             observations.append(observation)
         detector = cls(policy)
-        detector._observations = observations[-cls.HISTORY :]
+        for observation in observations[-cls.HISTORY :]:
+            detector._observations.append(observation)
+            detector._index.add(detector._observations)
         detector._next_seq = next_seq
         detector._acknowledged_at = acknowledged_at
         return detector
@@ -275,10 +442,8 @@ class StallDetector:
 
     def _repeat(self) -> StallFinding | None:
         """Same tool, same arguments, same result: the call taught the model nothing new."""
-        groups: dict[tuple[str, str, str, bool], list[_Observation]] = {}
-        for o in self._observations:
-            groups.setdefault(o.key, []).append(o)
-        calls = self._pick(g for g in groups.values() if len(g) >= self._policy.threshold)
+        repeats = self._index.repeats
+        calls = self._pick(repeats[key].calls for key in self._index.repeat_hits)
         if calls is None:
             return None
         first = calls[0]
@@ -300,16 +465,13 @@ class StallDetector:
         n = len(observations)
         if n == 0 or not self._is_new(observations[-1]):
             return None
-        keys = [o.key for o in observations]
         needed = max(2, self._policy.threshold - 1)
         for period in range(2, self._policy.max_cycle_period + 1):
             if n < needed * period:
                 break
-            if len(set(keys[n - period :])) == 1:
+            if len({o.key for o in observations[n - period :]}) == 1:
                 continue  # one call over and over is a `repeat`, not a cycle
-            run = period
-            while run < n and keys[n - 1 - run] == keys[n - 1 - run + period]:
-                run += 1
+            run = period + self._index.chains[period]
             repetitions = run // period
             if repetitions < needed:
                 continue
@@ -334,52 +496,41 @@ class StallDetector:
         that always answers the same ("ok") never returns, and neither does one
         whose every result is new.
         """
-        by_tool: dict[str, list[_Observation]] = {}
-        for o in self._observations:
-            by_tool.setdefault(o.tool, []).append(o)
-        returns_by_tool: dict[str, list[_Observation]] = {}
-        for tool, calls in by_tool.items():
-            seen: dict[tuple[str, bool], set[str]] = {}
-            previous: tuple[str, bool] | None = None
-            returns: list[_Observation] = []
-            for o in calls:
-                producers = seen.get(o.outcome)
-                other_args = producers is not None and (
-                    len(producers) > 1 or o.args not in producers
-                )  # some earlier call with different arguments got this same outcome
-                if o.outcome != previous and other_args:
-                    returns.append(o)
-                seen.setdefault(o.outcome, set()).add(o.args)
-                previous = o.outcome
-            returns_by_tool[tool] = returns
         needed = self._policy.threshold - 1
-        picked = self._pick(r for r in returns_by_tool.values() if len(r) >= needed)
-        if picked is None:
+        best: tuple[int, int, str] | None = None
+        for name, calls in self._index.tools.items():
+            returns = calls.returns
+            if len(returns) < needed or not returns:
+                continue
+            last = max(returns)
+            if last >= self._acknowledged_at and (best is None or (last, len(returns)) > best[:2]):
+                best = (last, len(returns), name)
+        if best is None:
             return None
-        tool = picked[0].tool
-        variants = len({o.args for o in by_tool[tool]})
+        count, tool = best[1], best[2]
+        variants = len(self._index.tools[tool].args)
         return StallFinding(
             pattern="oscillation",
             tool=tool,
-            count=len(picked),
+            count=count,
             detail=(
                 f"{tool} was called with {variants} different arguments but its result went "
-                f"back to an earlier value {len(picked)} times, as if undoing its own changes"
+                f"back to an earlier value {count} times, as if undoing its own changes"
             ),
         )
 
     def _near_duplicate(self) -> StallFinding | None:
         """Same tool, arguments reworded but not really changed: the same question again."""
         similarity = self._policy.similarity
-        groups: list[list[_Observation]]
+        groups: Iterable[Sequence[_Observation]]
         if similarity is None:
-            # Without a similarity ratio, "alike" is equality of normalized forms: group
-            # by that key in one pass instead of comparing every pair of calls.
-            by_key: dict[tuple[str, str], list[_Observation]] = {}
-            for o in self._observations:
-                by_key.setdefault((o.tool, _normal_key(o.args)), []).append(o)
-            groups = list(by_key.values())
+            # Without a similarity ratio, "alike" is equality of normalized forms, kept
+            # grouped by that key as calls are recorded.
+            near = self._index.near
+            groups = [near[key].calls for key in self._index.near_hits]
         else:
+            # A ratio is not an equivalence (clusters depend on their first member), so
+            # this opt-in mode still clusters the window on each check.
             clusters: list[tuple[str, Any, list[_Observation]]] = []
             for o in self._observations:
                 value = json.loads(o.args)
@@ -389,12 +540,12 @@ class StallDetector:
                         break
                 else:
                     clusters.append((o.tool, value, [o]))
-            groups = [members for _, _, members in clusters]
-        calls = self._pick(
-            members
-            for members in groups
-            if len(members) >= self._policy.threshold and len({m.args for m in members}) >= 2
-        )
+            groups = [
+                members
+                for _, _, members in clusters
+                if len(members) >= self._policy.threshold and len({m.args for m in members}) >= 2
+            ]
+        calls = self._pick(groups)
         if calls is None:
             return None
         first = calls[0]
