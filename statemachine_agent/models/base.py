@@ -106,7 +106,7 @@ class ModelRequest:
         body: JSON = {
             "model": self.model,
             "max_tokens": self.max_tokens,
-            "messages": list(self.messages),
+            "messages": self.messages if isinstance(self.messages, list) else list(self.messages),
         }
         if self.system:
             body["system"] = list(self.system)

@@ -60,11 +60,15 @@ def build_request(
     deps = ctx.deps
     policy = deps.context
     tools = deps.tools.definitions()
-    messages: list[JSON] = list(ctx.state.messages)
     if deps.cache_prompt and policy.cache_tools:
         tools = cache_last_tool(tools)
-    if deps.cache_prompt and policy.cache_history:
-        messages = cache_latest_message(messages)
+    # One shallow copy of the history per call (the breakpoint copies only the last
+    # message), so the request never aliases the run's own list as it grows.
+    messages: list[JSON] = (
+        cache_latest_message(ctx.state.messages)
+        if deps.cache_prompt and policy.cache_history
+        else list(ctx.state.messages)
+    )
     if tool_choice is None and deps.output is not None:
         tool_choice = {"type": "any"}  # the answer is a call of final_result, never bare text
     extra = dict(deps.request_options)
