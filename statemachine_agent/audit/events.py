@@ -74,9 +74,15 @@ class Emitter:
         Building, redacting and passing on an event nobody receives costs more than
         the machine's transition itself, so a run with no audit pays nothing for it.
         """
+        return bool(self.sinks or self._logger_listens())
+
+    def _logger_listens(self) -> bool:
+        """Whether the logger would keep an event: one chosen by the host, structlog
+        configured, or the stdlib logger enabled for INFO. Otherwise a run that writes
+        an audit file does not also pay for passing each event through structlog to
+        a logger that drops it."""
         return bool(
-            self.sinks
-            or self._chosen_logger
+            self._chosen_logger
             or structlog.is_configured()
             or self._stdlib.isEnabledFor(logging.INFO)
         )
@@ -100,7 +106,7 @@ class Emitter:
                         sink.write(record)
                 except Exception as exc:
                     self._failed(f"audit sink {type(sink).__name__}", exc, drop=sink)
-        if self.logger is None:
+        if self.logger is None or not self._logger_listens():
             return
         fields = {k: v for k, v in record.items() if k != "event"}
         try:
