@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 import threading
 import weakref
 from collections.abc import Coroutine
@@ -41,7 +42,9 @@ class _ThreadLoop:
 
     def run(self, coro: Coroutine[Any, Any, Result]) -> Result:
         try:
-            return self.runner.run(coro)
+            # A copy of the caller's context, as `asyncio.run` gives: the runner's own
+            # context would carry one call's context variables into the next.
+            return self.runner.run(coro, context=contextvars.copy_context())
         finally:
             _cancel_leftovers(self.runner.get_loop())
 
@@ -51,7 +54,9 @@ class _ThreadLoop:
                 max_workers=1, thread_name_prefix="statemachine-agent-sync"
             )
             self.workers.append(self.worker)
-        return self.worker.submit(run_blocking, coro).result()
+        # The caller's context variables go along, as they do on the caller's own thread.
+        context = contextvars.copy_context()
+        return self.worker.submit(context.run, run_blocking, coro).result()
 
 
 _local = threading.local()

@@ -9,6 +9,7 @@ error must exit cleanly, with nothing reported on stderr.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import subprocess
 import sys
 import textwrap
@@ -158,3 +159,30 @@ def test_nothing_is_left_open_at_exit() -> None:
     assert "ResourceWarning" not in done.stderr
     assert "unclosed" not in done.stderr.lower()
     assert "Exception ignored" not in done.stderr
+
+
+def test_a_call_from_inside_a_running_loop_keeps_the_callers_context_variables() -> None:
+    marker: contextvars.ContextVar[str] = contextvars.ContextVar("marker", default="unset")
+
+    async def read() -> str:
+        return marker.get()
+
+    async def host() -> str:
+        marker.set("from the host")
+        return run_blocking(read())
+
+    assert asyncio.run(host()) == "from the host"
+
+
+def test_context_variables_set_by_one_call_do_not_reach_the_next() -> None:
+    marker: contextvars.ContextVar[str] = contextvars.ContextVar("marker", default="unset")
+
+    async def set_and_read() -> str:
+        seen = marker.get()
+        marker.set("set by a call")
+        return seen
+
+    assert run_blocking(set_and_read()) == "unset"
+    assert run_blocking(set_and_read()) == "unset"
+    marker.set("the caller's")
+    assert run_blocking(set_and_read()) == "the caller's"
