@@ -73,6 +73,7 @@ bench: system-deps
 	  benchmarks/.venv/bin/python -m pip install --quiet -e . -r benchmarks/requirements.txt && \
 	  touch benchmarks/.venv/.installed; \
 	fi
+	benchmarks/.venv/bin/python -m benchmarks.real_sdk
 	benchmarks/.venv/bin/python -m benchmarks.overhead
 	benchmarks/.venv/bin/python -m benchmarks.concurrency
 	benchmarks/.venv/bin/python -m benchmarks.parallel_tools
