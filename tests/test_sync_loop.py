@@ -34,23 +34,24 @@ def server() -> Iterator[FakeAnthropicServer]:
 
 
 class CountingClients:
-    """Counts the async SDK clients a model makes."""
+    """Counts the async SDK clients made (any subclass too), by wrapping the SDK's __init__."""
 
-    def __init__(self) -> None:
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.made = 0
-        self._real = anthropic.AsyncAnthropic
+        real = anthropic.AsyncAnthropic.__init__
 
-    def __call__(self, **options: Any) -> anthropic.AsyncAnthropic:
-        self.made += 1
-        return self._real(**options)
+        def counted(client: anthropic.AsyncAnthropic, *args: Any, **options: Any) -> None:
+            self.made += 1
+            real(client, *args, **options)
+
+        monkeypatch.setattr(anthropic.AsyncAnthropic, "__init__", counted)
 
 
 def test_ten_sync_runs_share_one_client_and_one_connection(
     server: FakeAnthropicServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    counting = CountingClients()
+    counting = CountingClients(monkeypatch)
     model = AnthropicModel(api_key=API_KEY, base_url=server.base_url)
-    monkeypatch.setattr(anthropic, "AsyncAnthropic", counting)
     agent = Agent(model, tools=[calculate])
     for k in range(10):
         server.add(replies.tool_use("calculate", {"expression": f"{k}+1"}), replies.text(f"{k}"))
@@ -65,9 +66,8 @@ def test_sync_runs_from_inside_a_running_loop_reuse_their_worker_loop(
     server: FakeAnthropicServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Called where a loop runs (a notebook), runs go to one kept worker, not a thread each."""
-    counting = CountingClients()
+    counting = CountingClients(monkeypatch)
     model = AnthropicModel(api_key=API_KEY, base_url=server.base_url)
-    monkeypatch.setattr(anthropic, "AsyncAnthropic", counting)
     agent = Agent(model)
 
     async def host() -> list[str]:
