@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 import dataclasses
 import inspect
 import uuid
@@ -563,7 +564,9 @@ def _blocking(coro: Coroutine[Any, Any, RunResult]) -> RunResult:
     except RuntimeError:
         return asyncio.run(coro)
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, coro).result()
+        # The caller's context goes along (captured events, tracing, ...), as it
+        # would into an asyncio task.
+        return pool.submit(contextvars.copy_context().run, asyncio.run, coro).result()
 
 
 def with_prompt(history: Sequence[JSON], prompt: str | Sequence[JSON]) -> list[JSON]:
