@@ -9,6 +9,7 @@ The user's test file is `examples/test_refund_agent.py` with its golden trail.
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -79,7 +80,7 @@ class TestInAFreshVirtualenv:
         assert "6 passed" in done.stdout
         assert "transition coverage: " in done.stdout
         assert "never fired (" in done.stdout
-        assert "source     trigger" in done.stdout
+        assert re.search(r"^source +trigger +guards +dest +fired$", done.stdout, re.M)
 
     def test_fails_under_a_threshold_it_does_not_meet(self, fresh_venv: Path) -> None:
         done = pytest_in(fresh_venv, "--transition-coverage-fail-under=90")
