@@ -156,7 +156,8 @@ class TestAnthropicServer:
         result = Agent(anthropic_server.model(max_retries=0, timeout=0.3)).run("Hi")
         assert_end_state(result, "failed")
         assert "timed out" in result.reason.lower() or "timeout" in result.reason.lower()
-        assert anthropic_server.remaining == 1
+        assert len(anthropic_server.requests) <= 1  # no retry; the reply queued after it unused
+        assert anthropic_server.remaining >= 1
 
     def test_streaming_requests_are_served(self, anthropic_server: FakeAnthropicServer) -> None:
         anthropic_server.add(replies.text("streamed"))
