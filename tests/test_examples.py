@@ -196,10 +196,9 @@ class TestRefundAgentTests:
         """Its five tests pass on the plugin's fixtures, and the coverage table is printed."""
         shutil.copy(EXAMPLES / "test_refund_agent.py", pytester.path)
         shutil.copytree(EXAMPLES / "golden", pytester.path / "golden")
-        result = pytester.runpytest(
-            "-p", "no:cacheprovider", "-W", "ignore::pytest.PytestAssertRewriteWarning",
-            "--transition-coverage",
-        )  # fmt: skip
+        # In a subprocess: it calls the SDK, whose transport an in-process session would
+        # import and pytester then drop (see tests/test_pytest_plugin.py `run`).
+        result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--transition-coverage")
         result.assert_outcomes(passed=5)
         result.stdout.fnmatch_lines(
             [

@@ -37,7 +37,12 @@ MakeModel = Callable[..., ScriptedModel]
 
 def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
     """An inner session in this process (the library is already imported, so pytest
-    cannot rewrite its asserts: that warning is noise here)."""
+    cannot rewrite its asserts: that warning is noise here).
+
+    Only for sessions that make no HTTP calls: pytester drops the modules an inner
+    session imported, and an SDK transport imported there and again later raises
+    exception classes the SDK no longer recognises. Those run in a subprocess.
+    """
     return pytester.runpytest(
         "-p", "no:cacheprovider", "-W", "ignore::pytest.PytestAssertRewriteWarning", *args
     )
@@ -185,7 +190,7 @@ def test_sends_garbage(anthropic_server):
     assert post(anthropic_server.base_url, "/v1/messages", {"model": "m"}) == 400
 """
         )
-        result = run(pytester)
+        result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
         result.assert_outcomes(passed=1, errors=1)
         result.stdout.fnmatch_lines(
             ["*FakeAnthropicServer: invalid request #1 (the API would reject it)*max_tokens*"]
@@ -205,7 +210,7 @@ def test_sends_garbage(anthropic_server):
                 assert Agent(anthropic_server.model()).run("x").end_state == "failed"
             """
         )
-        result = run(pytester)
+        result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
         result.assert_outcomes(passed=1, errors=1)
         result.stdout.fnmatch_lines(["*a scripted callable raised RuntimeError*"])
 
