@@ -559,10 +559,12 @@ class FakeOpenAIServer(ScriptedServer[FakeOpenAIError]):
         options.setdefault("api_key", "sk-test-key")
         return OpenAIModel(name, base_url=self.base_url, **options)
 
-    def _answer(self, body: JSON) -> JSON | FakeOpenAIError:
+    def _answer(
+        self, body: JSON, headers: Mapping[str, str] | None = None
+    ) -> JSON | FakeOpenAIError:
         """A Messages API reply in the script (`replies.text(...)`) is sent as the
         chat completion saying the same, so one script serves both servers."""
-        answer = super()._answer(body)
+        answer = super()._answer(body, headers)
         if isinstance(answer, dict) and answer.get("type") == "message":
             return chat_from_message(answer, model=str(body.get("model") or DEFAULT_CHAT_MODEL))
         return answer
