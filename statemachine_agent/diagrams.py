@@ -233,8 +233,15 @@ def edges(marks: Highlight, *, full: bool = False) -> list[Edge]:
     groups = () if full else common_edges()
     grouped = {row.key for group in groups for row in group.rows}
     drawn = [
-        Edge(row.source, row.dest, row.label, row_id(row.key), row.description,
-             marks.rows[row.key], unfired=row.key in marks.unfired)  # fmt: skip
+        Edge(
+            row.source,
+            row.dest,
+            row.label,
+            row_id(row.key),
+            row.description,
+            marks.rows[row.key],
+            unfired=row.key in marks.unfired,
+        )
         for row in table.ROWS
         if row.key not in grouped
     ]
