@@ -16,8 +16,8 @@ demo: $(STAMP)
 	$(BIN)/statemachine-agent demo
 
 lint: $(STAMP)
-	$(BIN)/ruff check statemachine_agent tests examples benchmarks
-	$(BIN)/ruff format --check statemachine_agent tests examples benchmarks
+	$(BIN)/ruff check statemachine_agent pytest_statemachine_agent tests examples benchmarks
+	$(BIN)/ruff format --check statemachine_agent pytest_statemachine_agent tests examples benchmarks
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
@@ -29,7 +29,7 @@ system-deps:
 	bash scripts/system-deps.sh
 
 unit: $(STAMP) system-deps
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q --transition-coverage-fail-under=100
 
 test: lint typecheck unit
 

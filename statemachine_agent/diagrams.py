@@ -80,6 +80,8 @@ class Highlight:
 
     rows: Counter[RowKey] = field(default_factory=Counter)
     states: Counter[str] = field(default_factory=Counter)
+    unfired: frozenset[RowKey] = frozenset()
+    """Rows to mark as never fired (transition coverage); a run's trail marks none."""
 
     @property
     def unknown_rows(self) -> list[RowKey]:
@@ -88,13 +90,22 @@ class Highlight:
         return [key for key in self.rows if key not in known]
 
 
-def highlight(trail: Iterable[Any] | None) -> Highlight:
-    """Count the rows fired and the states visited by a trail.
+Trail = Iterable[Any] | Highlight | None
+"""What the diagram functions mark: a trail, counts already made, or nothing."""
+
+NEVER_FIRED = "(never fired)"
+"""The label suffix of an edge marked unexercised (`Highlight.unfired`)."""
+
+
+def highlight(trail: Trail) -> Highlight:
+    """Count the rows fired and the states visited by a trail (a `Highlight` is kept as is).
 
     The trail may be `TransitionRecord`s or their dicts from an audit file; it may
     hold several runs back to back (a state is counted once per entry, and a run
     starts wherever a source differs from the previous destination).
     """
+    if isinstance(trail, Highlight):
+        return trail
     rows: Counter[RowKey] = Counter()
     states: Counter[str] = Counter()
     previous_dest: str | None = None
@@ -213,6 +224,8 @@ class Edge:
     """How often the run fired it (the sum over a group's rows)."""
     kind: str = "row"
     """`row`, `group` or `unknown`."""
+    unfired: bool = False
+    """Marked as never fired (transition coverage: every row of a group unexercised)."""
 
 
 def edges(marks: Highlight, *, full: bool = False) -> list[Edge]:
@@ -220,7 +233,15 @@ def edges(marks: Highlight, *, full: bool = False) -> list[Edge]:
     groups = () if full else common_edges()
     grouped = {row.key for group in groups for row in group.rows}
     drawn = [
-        Edge(row.source, row.dest, row.label, row_id(row.key), row.description, marks.rows[row.key])
+        Edge(
+            row.source,
+            row.dest,
+            row.label,
+            row_id(row.key),
+            row.description,
+            marks.rows[row.key],
+            unfired=row.key in marks.unfired,
+        )
         for row in table.ROWS
         if row.key not in grouped
     ]
@@ -233,6 +254,7 @@ def edges(marks: Highlight, *, full: bool = False) -> list[Edge]:
             group.description,
             sum(marks.rows[row.key] for row in group.rows),
             "group",
+            unfired=all(row.key in marks.unfired for row in group.rows),
         )
         for group in groups
     ]
@@ -244,11 +266,16 @@ def edges(marks: Highlight, *, full: bool = False) -> list[Edge]:
     return drawn
 
 
-def marked_ids(trail: Iterable[Any] | None, *, full: bool = False) -> tuple[set[str], set[str]]:
+def marked_ids(trail: Trail, *, full: bool = False) -> tuple[set[str], set[str]]:
     """The SVG ids of the edges a run fired and of the states it visited."""
     marks = highlight(trail)
     fired = {edge.id for edge in edges(marks, full=full) if edge.count}
     return fired, {state_id(name) for name in marks.states}
+
+
+def unfired_ids(trail: Trail, *, full: bool = False) -> set[str]:
+    """The SVG ids of the edges marked never fired (`Highlight.unfired`)."""
+    return {edge.id for edge in edges(highlight(trail), full=full) if edge.unfired}
 
 
 def _any_state_note(groups: tuple[EdgeGroup, ...]) -> str:
@@ -291,7 +318,7 @@ def mermaid_unescape(text: str) -> str:
     return re.sub(r"#(\d+);", lambda m: chr(int(m.group(1))), text)
 
 
-def mermaid(trail: Iterable[Any] | None = None, *, full: bool = False) -> str:
+def mermaid(trail: Trail = None, *, full: bool = False) -> str:
     """A Mermaid `stateDiagram-v2` of the table, with a run's path when `trail` is given.
 
     End states lead to `[*]`; reserved states are dashed and say so; visited states
@@ -350,7 +377,7 @@ def _dot_attrs(attrs: Mapping[str, str]) -> str:
     return ", ".join(f"{key}={_dot_quote(value)}" for key, value in attrs.items())
 
 
-def dot(trail: Iterable[Any] | None = None, *, full: bool = False) -> str:
+def dot(trail: Trail = None, *, full: bool = False) -> str:
     """Graphviz DOT of the table, with a run's path when `trail` is given.
 
     End states are double octagons, reserved states dashed (their tooltip says
@@ -393,6 +420,9 @@ def dot(trail: Iterable[Any] | None = None, *, full: bool = False) -> str:
             attrs.update(color=_VISITED_STROKE, fontcolor=_VISITED_STROKE, penwidth="2.5")
         if edge.count:
             attrs["label"] += _fired_suffix(edge.count)
+        elif edge.unfired:
+            attrs["label"] += f" {NEVER_FIRED}"
+            attrs.update(color=_END_STROKE, fontcolor=_END_STROKE, style="dashed")
         lines.append(
             f"    {_dot_quote(edge.source)} -> {_dot_quote(edge.dest)} [{_dot_attrs(attrs)}];"
         )
@@ -469,7 +499,7 @@ class Rendering:
     renderer: Renderer
 
 
-def rendered(fmt: str, trail: Iterable[Any] | None = None, *, full: bool = False) -> Rendering:
+def rendered(fmt: str, trail: Trail = None, *, full: bool = False) -> Rendering:
     """The diagram rendered to `svg` or `png` by `find_renderer()`'s program.
 
     Raises `GraphvizNotFoundError` when there is none: the text formats need
@@ -493,12 +523,12 @@ def rendered(fmt: str, trail: Iterable[Any] | None = None, *, full: bool = False
     return Rendering(done.stdout, renderer)
 
 
-def svg(trail: Iterable[Any] | None = None, *, full: bool = False) -> str:
+def svg(trail: Trail = None, *, full: bool = False) -> str:
     """The DOT diagram rendered to SVG (see `rendered`)."""
     return rendered("svg", trail, full=full).data.decode("utf-8")
 
 
-def png(trail: Iterable[Any] | None = None, *, full: bool = False) -> bytes:
+def png(trail: Trail = None, *, full: bool = False) -> bytes:
     """The DOT diagram rendered to PNG (see `rendered`)."""
     return rendered("png", trail, full=full).data
 
@@ -511,14 +541,14 @@ def packaged_svg() -> str | None:
         return None
 
 
-def render_bytes(fmt: str, trail: Iterable[Any] | None = None, *, full: bool = False) -> bytes:
+def render_bytes(fmt: str, trail: Trail = None, *, full: bool = False) -> bytes:
     """The diagram in any of `FORMATS` as bytes (PNG is binary; the others UTF-8 text)."""
     if fmt in ("svg", "png"):
         return rendered(fmt, trail, full=full).data
     return render(fmt, trail, full=full).encode("utf-8")
 
 
-def render(fmt: str, trail: Iterable[Any] | None = None, *, full: bool = False) -> str:
+def render(fmt: str, trail: Trail = None, *, full: bool = False) -> str:
     """The diagram in `fmt`: `mermaid`, `dot` or `svg`."""
     if fmt == "mermaid":
         return mermaid(trail, full=full)

@@ -1,21 +1,24 @@
 """Suite-wide checks.
 
-Every `transition.fired` event emitted anywhere in the suite is collected; when
-the whole suite runs, a table row that no test fired fails the session. (Each
-row also has its own unit test in test_transitions.py, on an arranged record;
-this check is about whole runs: a row that only those unit tests reach fails.)
+The suite runs with the project's own pytest plugin (`make test` passes
+`--transition-coverage-fail-under=100`: every row of the table fires somewhere).
+That counts test_transitions.py's one-row unit tests too, so this conftest adds
+the stricter check: when the whole suite runs, a table row that no *whole run*
+fired fails the session (a row only those arranged records reach fails here).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
-from statemachine_agent.audit.events import Emitter
-from statemachine_agent.machine.table import ROWS
+from statemachine_agent.machine.observers import watch_transitions
+from statemachine_agent.machine.run import TransitionRecord
+from statemachine_agent.machine.table import ROWS, Row
+
+pytest_plugins = ["pytester"]
 
 FIRED: set[tuple[str, str, str, tuple[str, ...]]] = set()
 UNIT_RUN_ID = "run_test"
@@ -24,18 +27,12 @@ UNIT_RUN_ID = "run_test"
 
 @pytest.fixture(autouse=True, scope="session")
 def collect_fired_transitions() -> Iterator[None]:
-    original = Emitter.emit
+    def note(run_id: str, row: Row, record: TransitionRecord) -> None:
+        if run_id != UNIT_RUN_ID:
+            FIRED.add(row.key)
 
-    def emit(self: Emitter, event: str, **payload: Any) -> None:
-        if event == "transition.fired" and self.run_id != UNIT_RUN_ID:
-            FIRED.add(
-                (payload["source"], payload["trigger"], payload["dest"], tuple(payload["via"]))
-            )
-        original(self, event, **payload)
-
-    Emitter.emit = emit  # type: ignore[method-assign]
-    yield
-    Emitter.emit = original  # type: ignore[method-assign]
+    with watch_transitions(note):
+        yield
 
 
 def _whole_suite(config: pytest.Config) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,12 +25,15 @@ from statemachine_agent import (
     tool,
 )
 from statemachine_agent.audit.sink import MemorySink
-from statemachine_agent.testing import replies
+from statemachine_agent.testing import assert_trail_matches, replies
 from statemachine_agent.testing.assertions import assert_end_state, assert_fired, assert_path
 from statemachine_agent.testing.validator import validate_request
 from statemachine_agent.tools.builtin import make_current_time_tool
 
 LOOP = ["perceive", "reason", "act", "observe"]
+GOLDEN = Path(__file__).parent / "golden"
+"""Golden trails of whole runs (`pytest --update-golden` rewrites them after a deliberate
+change to the table or a guard; review their diff like any other)."""
 
 
 def agent_for(script: list[Any], tools: list[Any] | None = None, **kwargs: Any) -> Agent:
@@ -51,6 +55,7 @@ class TestSeedExamples:
         assert_end_state(result, "completed")
         assert result.iterations == 3
         assert_path(result, [*LOOP, *LOOP, "perceive", "reason", "completed"])
+        assert_trail_matches(result, GOLDEN / "seed_000_time_then_calculate.json")
         results = [
             block
             for message in result.messages
@@ -193,9 +198,7 @@ class TestEndStates:
         )
         model = ScriptedModel([error, error])
         result = Agent(model, tools=[calculate]).run("q")
-        assert_path(
-            result, ["perceive", "reason", "compact", "perceive", "reason", "context_overflow"]
-        )
+        assert_trail_matches(result, GOLDEN / "prompt_too_long_compacted_then_overflow.json")
         assert "210000 tokens" in result.reason
         assert len(model.requests) == 2
 
@@ -238,7 +241,7 @@ class TestEndStates:
         )
         model = ScriptedModel([paused, replies.text("found it")])
         result = Agent(model, tools=[calculate]).run("search")
-        assert_path(result, ["perceive", "reason", "perceive", "reason", "completed"])
+        assert_trail_matches(result, GOLDEN / "pause_turn_continued.json")
         assert [m["role"] for m in result.messages] == ["user", "assistant"]
         assert [b["type"] for b in result.messages[1]["content"]] == ["server_tool_use", "text"]
         assert model.requests[1].messages[-1]["role"] == "assistant"
@@ -257,7 +260,7 @@ class TestCancellation:
         token = CancelToken()
         token.cancel()
         result = agent_for([replies.text("never")]).run("q", cancel=token)
-        assert_path(result, ["perceive", "cancelled"])
+        assert_trail_matches(result, GOLDEN / "cancelled_before_start.json")
         assert result.iterations == 0
 
     def test_cancel_in_flight_model_call(self) -> None:

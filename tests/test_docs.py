@@ -22,6 +22,7 @@ from statemachine_agent.machine.ends import EXIT_CODES
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 README = ROOT / "README.md"
+PLUGIN_EXAMPLE = ROOT / "examples" / "test_refund_agent.py"
 STALE = "is stale: run `make docs` and commit the result"
 
 EMIT = re.compile(r"""\.emit\(\s*["']([\w.]+)["']""")
@@ -200,9 +201,16 @@ class TestExamples:
         "index", range(len(python_blocks(DOCS / "testing.md"))), ids=lambda i: f"block{i}"
     )
     def test_testing_guide_examples_pass(self, index: int) -> None:
-        """Each code block of docs/testing.md runs, and every test it defines passes."""
+        """Each code block of docs/testing.md runs, and every test it defines passes; a
+        block quoting the plugin example is verbatim (tests/test_examples.py runs that)."""
         code = python_blocks(DOCS / "testing.md")[index]
+        if code in PLUGIN_EXAMPLE.read_text(encoding="utf-8"):
+            return
         run_block(code, f"docs/testing.md[{index}]")
+
+    def test_testing_guide_quotes_the_whole_plugin_example(self) -> None:
+        example = PLUGIN_EXAMPLE.read_text(encoding="utf-8")
+        assert example in python_blocks(DOCS / "testing.md")
 
     def test_testing_guide_has_examples(self) -> None:
         """The guide's examples exist, so the parametrized test above cannot pass empty."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -160,9 +161,14 @@ class TestPersonalAssistant:
 class TestAsUsersRunThem:
     """Every example is a script a user can copy and run."""
 
-    @pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.py")), ids=lambda p: p.stem)
+    @pytest.mark.parametrize(
+        "path",
+        sorted(p for p in EXAMPLES.glob("*.py") if not p.name.startswith("test_")),
+        ids=lambda p: p.stem,
+    )
     def test_shape(self, path: Path) -> None:
-        """Each has a main() and shows how to swap in a real model."""
+        """Each script has a main() and shows how to swap in a real model (a `test_*.py`
+        example is a test file, run by pytest in `TestRefundAgentTests`)."""
         source = path.read_text()
         assert "\ndef main(" in source
         assert "AnthropicModel" in source
@@ -181,3 +187,23 @@ class TestAsUsersRunThem:
         assert done.returncode == 0, done.stderr
         assert "28 × 15 = 420" in done.stdout
         assert "[completed]" in done.stdout
+
+
+class TestRefundAgentTests:
+    """The plugin example: a user's test file, run as a user runs it (with its golden trail)."""
+
+    def test_passes_with_transition_coverage(self, pytester: pytest.Pytester) -> None:
+        """Its five tests pass on the plugin's fixtures, and the coverage table is printed."""
+        shutil.copy(EXAMPLES / "test_refund_agent.py", pytester.path)
+        shutil.copytree(EXAMPLES / "golden", pytester.path / "golden")
+        # In a subprocess: it calls the SDK, whose transport an in-process session would
+        # import and pytester then drop (see tests/test_pytest_plugin.py `run`).
+        result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--transition-coverage")
+        result.assert_outcomes(passed=5)
+        result.stdout.fnmatch_lines(
+            [
+                "*transition coverage: * rows fired*",
+                "act*tools_done*approval_pending*awaiting_approval*1",
+                "never fired (*",
+            ]
+        )

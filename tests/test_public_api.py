@@ -141,6 +141,8 @@ REQUIRED_TESTING = {
     "assert_fired",
     "assert_not_fired",
     "assert_path",
+    "assert_trail_matches",
+    "capture_events",
     "fired",
     "path",
     "validate_request",

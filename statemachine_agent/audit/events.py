@@ -6,6 +6,8 @@ run's `metadata` (tenant, user, request id); the emitter adds them so phases onl
 say what happened. Each event is sealed once into the run's hash chain
 (`chain.py`) before any sink sees it, so every sink receives the same `prev`
 and `digest` members the audit file holds.
+`capture_events` collects the events of the runs started inside a `with` block
+(the `audit_events` fixture of the pytest plugin).
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import structlog
@@ -23,6 +27,28 @@ from statemachine_agent.audit.redact import Redactor
 from statemachine_agent.audit.sink import AuditSink, JsonlSink
 
 LOGGER_NAME = "statemachine_agent"
+
+_CAPTURES: ContextVar[tuple[list[dict[str, Any]], ...]] = ContextVar(
+    "statemachine_agent_captures", default=()
+)
+"""The lists collecting events in this context; a run's emitter takes them when it is made."""
+
+
+@contextmanager
+def capture_events() -> Iterator[list[dict[str, Any]]]:
+    """Collect every event of every run started in this block, as its audit file has it.
+
+    Like structlog's `capture_logs`, but scoped to the current context rather than
+    global: runs started here (also on the worker thread `Agent.run` uses under a
+    running loop, which inherits the context) are captured, runs of other tests or
+    threads are not. Events are recorded after redaction, exactly as sinks get them.
+    """
+    events: list[dict[str, Any]] = []
+    token = _CAPTURES.set((*_CAPTURES.get(), events))
+    try:
+        yield events
+    finally:
+        _CAPTURES.reset(token)
 
 
 def default_logger() -> Any:
@@ -61,6 +87,7 @@ class Emitter:
         self.sinks = list(sinks)
         self.chain = chain if chain is not None else Chain()
         self.redactor = redactor or Redactor()
+        self._captures = _CAPTURES.get()
         self._chosen_logger = logger is not None
         self.logger = logger if logger is not None else default_logger()
         self._stdlib = logging.getLogger(LOGGER_NAME)
@@ -74,7 +101,7 @@ class Emitter:
         Building, redacting and passing on an event nobody receives costs more than
         the machine's transition itself, so a run with no audit pays nothing for it.
         """
-        return bool(self.sinks or self._logger_listens())
+        return bool(self.sinks or self._captures or self._logger_listens())
 
     def _logger_listens(self) -> bool:
         """Whether the logger would keep an event: one chosen by the host, structlog
@@ -106,6 +133,8 @@ class Emitter:
                         sink.write(record)
                 except Exception as exc:
                     self._failed(f"audit sink {type(sink).__name__}", exc, drop=sink)
+        for captured in self._captures:
+            captured.append(dict(record))
         if self.logger is None or not self._logger_listens():
             return
         fields = {k: v for k, v in record.items() if k != "event"}

@@ -20,6 +20,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 from transitions import Machine, State
 
 from statemachine_agent.context.notices import close_pending, unanswered_tool_uses
+from statemachine_agent.machine import observers
 from statemachine_agent.machine.context import PhaseContext
 from statemachine_agent.machine.endings import ENDINGS, Ending
 from statemachine_agent.machine.ends import END_BY_NAME, END_STATES, RESUMABLE_STATES
@@ -168,6 +169,8 @@ class Engine:
             cost_usd=run.cost_usd,
         )
         run.trail.append(record)
+        if observers.watching():
+            observers.notify(run.run_id, fired[0], record)
         if run.state == "cancelled":
             run.cancelled_at = (source, trigger)
         elif source == "cancelled":

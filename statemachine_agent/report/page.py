@@ -169,9 +169,12 @@ def _diagram(diagram: Drawing | None) -> str:
     )
 
 
-def mark_diagram(svg: str, fired: Iterable[str], visited: Iterable[str]) -> str:
+def mark_diagram(
+    svg: str, fired: Iterable[str], visited: Iterable[str], unfired: Iterable[str] = ()
+) -> str:
     """Graphviz's SVG, made inline: no XML prolog, scalable, and with the run's path
-    tagged (`class="edge fired"`, `class="node visited"`) so CSS and tests can find it.
+    tagged (`class="edge fired"`, `class="node visited"`; `class="edge unfired"` on a
+    transition-coverage diagram) so CSS and tests can find it.
 
     Nodes and edges are found by the SVG ids `diagrams` gives them, so the path can
     be marked on any rendering of the diagram, including one made before the run.
@@ -181,11 +184,14 @@ def mark_diagram(svg: str, fired: Iterable[str], visited: Iterable[str]) -> str:
     svg = re.sub(r'<svg width="([^"]*)" height="[^"]*"', _scalable, svg, count=1)
     marked = {"edge": set(fired), "node": set(visited)}
     tag = {"edge": "edge fired", "node": "node visited"}
+    never = set(unfired)
 
     def mark(match: re.Match[str]) -> str:
         element, kind = match.group(1), match.group(2)
         if element in marked[kind]:
             return match.group(0).replace(f'class="{kind}"', f'class="{tag[kind]}"')
+        if kind == "edge" and element in never:
+            return match.group(0).replace('class="edge"', 'class="edge unfired"')
         return match.group(0)
 
     return _GROUP.sub(mark, svg)

@@ -1,11 +1,15 @@
 """Tools for testing agents offline: scripted replies, a strict request validator, a fake API.
 
 `replies` builds response bodies, `validate_request` applies the API's request
-rules locally, and `FakeAnthropicServer` serves scripted replies to the real SDK.
+rules locally, `FakeAnthropicServer` serves scripted replies to the real SDK, and
+`assert_trail_matches` compares a run with its golden trail. The pytest plugin
+(`pytest_statemachine_agent`, loaded by installing the package) turns these into
+fixtures and adds transition coverage; see docs/testing.md.
 """
 
 from __future__ import annotations
 
+from statemachine_agent.audit.events import capture_events
 from statemachine_agent.testing import replies
 from statemachine_agent.testing.assertions import (
     assert_end_state,
@@ -14,6 +18,13 @@ from statemachine_agent.testing.assertions import (
     assert_path,
     fired,
     path,
+)
+from statemachine_agent.testing.coverage import TransitionCoverage
+from statemachine_agent.testing.golden import (
+    GoldenFileError,
+    assert_trail_matches,
+    trail_snapshot,
+    updating_golden,
 )
 from statemachine_agent.testing.replies import (
     DEFAULT_USAGE,
@@ -48,13 +59,17 @@ __all__ = [
     "MAX_CACHE_BREAKPOINTS",
     "FakeAnthropicServer",
     "FakeError",
+    "GoldenFileError",
     "InvalidRequestError",
     "ScriptItem",
+    "TransitionCoverage",
     "assert_end_state",
     "assert_fired",
     "assert_not_fired",
     "assert_path",
+    "assert_trail_matches",
     "assert_valid_request",
+    "capture_events",
     "describe_problems",
     "error_body",
     "fired",
@@ -69,5 +84,7 @@ __all__ = [
     "tool_use",
     "tool_use_block",
     "tool_uses",
+    "trail_snapshot",
+    "updating_golden",
     "validate_request",
 ]

@@ -23,9 +23,12 @@ import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeAlias, cast
+from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 from statemachine_agent.testing.scripted_http import ScriptedHandler, ScriptedServer
+
+if TYPE_CHECKING:
+    from statemachine_agent.models.openai import OpenAIModel
 
 __all__ = [
     "DEFAULT_CHAT_USAGE",
@@ -34,6 +37,7 @@ __all__ = [
     "FakeOpenAIServer",
     "OpenAIScriptItem",
     "chat_completion",
+    "chat_from_message",
     "chat_text",
     "chat_tool_calls",
     "context_length_error",
@@ -187,6 +191,42 @@ def chat_tool_calls(
         usage=usage,
         model=model,
         id=id,
+    )
+
+
+STOP_TO_FINISH: Mapping[str, str] = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "tool_use": "tool_calls",
+    "max_tokens": "length",
+    "refusal": "content_filter",
+}
+"""Messages API stop_reason -> Chat Completions finish_reason (others pass through)."""
+
+
+def chat_from_message(message: Mapping[str, Any], *, model: str = DEFAULT_CHAT_MODEL) -> JSON:
+    """The chat completion saying what a Messages API reply says: its text, its tool
+    calls (ids kept), its stop reason and token counts (cache reads as cached tokens)."""
+    content = [b for b in message.get("content") or () if isinstance(b, Mapping)]
+    text = "".join(str(b.get("text", "")) for b in content if b.get("type") == "text")
+    calls = [
+        tool_call(str(b["name"]), dict(b.get("input") or {}), id=str(b["id"]))
+        for b in content
+        if b.get("type") == "tool_use"
+    ]
+    usage = message.get("usage") or {}
+    cached = int(usage.get("cache_read_input_tokens") or 0)
+    stop = str(message.get("stop_reason"))
+    return chat_completion(
+        content=text or None,
+        tool_calls=calls,
+        finish_reason=STOP_TO_FINISH.get(stop, stop),
+        usage={
+            "prompt_tokens": int(usage.get("input_tokens") or 0) + cached,
+            "completion_tokens": int(usage.get("output_tokens") or 0),
+            "cached_tokens": cached,
+        },
+        model=model,
     )
 
 
@@ -508,6 +548,26 @@ class FakeOpenAIServer(ScriptedServer[FakeOpenAIError]):
 
     def failure(self, message: str) -> FakeOpenAIError:
         return FakeOpenAIError(500, message, headers={"x-should-retry": "false"})
+
+    def fault(self, status: int, message: str, headers: dict[str, str]) -> FakeOpenAIError:
+        return FakeOpenAIError(status, message, headers=headers)
+
+    def model(self, name: str = DEFAULT_CHAT_MODEL, **options: Any) -> OpenAIModel:
+        """An `OpenAIModel` (the real `openai` SDK) pointed at this server with a test key."""
+        from statemachine_agent.models.openai import OpenAIModel
+
+        options.setdefault("api_key", "sk-test-key")
+        return OpenAIModel(name, base_url=self.base_url, **options)
+
+    def _answer(
+        self, body: JSON, headers: Mapping[str, str] | None = None
+    ) -> JSON | FakeOpenAIError:
+        """A Messages API reply in the script (`replies.text(...)`) is sent as the
+        chat completion saying the same, so one script serves both servers."""
+        answer = super()._answer(body, headers)
+        if isinstance(answer, dict) and answer.get("type") == "message":
+            return chat_from_message(answer, model=str(body.get("model") or DEFAULT_CHAT_MODEL))
+        return answer
 
 
 class _Handler(ScriptedHandler):

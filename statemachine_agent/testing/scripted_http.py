@@ -4,6 +4,8 @@ A subclass says how its API validates requests and spells errors; this base
 does the rest: serving on 127.0.0.1 (never anything else) in a daemon thread,
 recording requests, handing out scripted answers in order, and turning an
 exhausted script or a failing scripted callable into a 500 the client sees.
+It also scripts the faults a client must survive (`rate_limited`, `server_error`,
+`overloaded`, `hang`) and says what a test should not have let pass (`unexpected`).
 """
 
 from __future__ import annotations
@@ -59,6 +61,9 @@ class ScriptedServer(Generic[Error]):
             daemon=True,
         )
         self._closed = False
+        self._closing = threading.Event()
+        self.invalid_expected = False
+        """Set by `expect_invalid()`: rejected requests are then part of the test."""
         self._thread.start()
 
     @property
@@ -77,11 +82,68 @@ class ScriptedServer(Generic[Error]):
         with self._lock:
             self._script.extend(responses)
 
+    @property
+    def invalid(self) -> list[tuple[JSON, list[str]]]:
+        """The requests the real API would have rejected, with why (`invalid_requests`)."""
+        with self._lock:
+            return list(self.invalid_requests)
+
+    def expect_invalid(self) -> None:
+        """Declare that this test sends requests the API rejects (so `unexpected` allows them)."""
+        self.invalid_expected = True
+
+    def unexpected(self) -> list[str]:
+        """What went wrong unnoticed: rejected requests nobody expected, failing callables.
+
+        The pytest fixtures fail the test at teardown when this is not empty: a 400
+        the engine turned into a `failed` run is easy to assert past by accident.
+        """
+        problems: list[str] = []
+        if not self.invalid_expected:
+            for n, (_body, why) in enumerate(self.invalid, 1):
+                problems.append(
+                    f"{self.name}: invalid request #{n} (the API would reject it): "
+                    + "; ".join(why)
+                )
+        with self._lock:
+            errors = list(self.errors)
+        problems.extend(f"{self.name}: a scripted callable raised {exc!r}" for exc in errors)
+        return problems
+
+    # -- faults ---------------------------------------------------------------------------
+
+    def fault(self, status: int, message: str, headers: dict[str, str]) -> Error:
+        """An error answer with `status` as this API spells it."""
+        raise NotImplementedError
+
+    def rate_limited(self, retry_after: float | None = 0.01) -> None:
+        """Queue a 429 with `retry-after` (seconds) and `retry-after-ms` headers."""
+        self.add(self.fault(429, "Rate limited (scripted).", _retry_headers(retry_after)))
+
+    def server_error(self, retry_after: float | None = 0.01) -> None:
+        """Queue a 500; `retry_after` keeps the client's retry short (None: no header)."""
+        self.add(self.fault(500, "Internal server error (scripted).", _retry_headers(retry_after)))
+
+    def overloaded(self, retry_after: float | None = 0.01) -> None:
+        """Queue a 529 (overloaded), as the Messages API sends under load."""
+        self.add(self.fault(529, "Overloaded (scripted).", _retry_headers(retry_after)))
+
+    def hang(self) -> None:
+        """Queue a response that never comes: the request is held until the server closes,
+        so the client's timeout is what ends it (give the model a short `timeout`)."""
+
+        def held(body: JSON) -> Error:
+            self._closing.wait()
+            return self.failure(f"{self.name}: the held request was released at close")
+
+        self.add(held)
+
     def close(self) -> None:
         """Stop serving and wait for the server thread; safe to call twice."""
         if self._closed:
             return
         self._closed = True
+        self._closing.set()
         self._httpd.shutdown()
         self._httpd.server_close()
         self._thread.join()
@@ -149,6 +211,12 @@ class ScriptedServer(Generic[Error]):
             with self._lock:
                 self.errors.append(exc)
             return self.failure(f"{self.name}: the scripted callable raised {exc!r}")
+
+
+def _retry_headers(retry_after: float | None) -> dict[str, str]:
+    if retry_after is None:
+        return {}
+    return {"retry-after": f"{retry_after:g}", "retry-after-ms": str(round(retry_after * 1000))}
 
 
 class ScriptedHandler(BaseHTTPRequestHandler):

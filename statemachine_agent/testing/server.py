@@ -12,8 +12,9 @@ import contextlib
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeAlias, cast
+from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
+from statemachine_agent.models.base import DEFAULT_MODEL
 from statemachine_agent.testing.scripted_http import ScriptedHandler, ScriptedServer
 from statemachine_agent.testing.validator import (
     describe_problems,
@@ -21,6 +22,9 @@ from statemachine_agent.testing.validator import (
     validate_headers,
     validate_request,
 )
+
+if TYPE_CHECKING:
+    from statemachine_agent.models.anthropic import AnthropicModel
 
 __all__ = ["ERROR_TYPES", "FakeAnthropicServer", "FakeError", "ScriptItem"]
 
@@ -99,6 +103,19 @@ class FakeAnthropicServer(ScriptedServer[FakeError]):
 
     def failure(self, message: str) -> FakeError:
         return FakeError(500, message, headers={"x-should-retry": "false"})
+
+    def fault(self, status: int, message: str, headers: dict[str, str]) -> FakeError:
+        return FakeError(status, message, headers=headers)
+
+    def model(self, name: str = DEFAULT_MODEL, **options: Any) -> AnthropicModel:
+        """An `AnthropicModel` (the real SDK) pointed at this server with a test key.
+
+        `options` go to `AnthropicModel` (`max_retries=0`, `timeout=0.5`, ...).
+        """
+        from statemachine_agent.models.anthropic import AnthropicModel
+
+        options.setdefault("api_key", "sk-ant-test-key")
+        return AnthropicModel(name, base_url=self.base_url, **options)
 
 
 class _Handler(ScriptedHandler):

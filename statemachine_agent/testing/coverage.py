@@ -1,0 +1,208 @@
+"""Transition coverage: which rows of the table a test suite's runs fired, and how often.
+
+Line coverage says which code ran; this says which *decisions* of the machine a
+suite has exercised ("have we ever tested the budget running out mid-tool-call?").
+The rows are always read from `table.ROWS`, so a row added to the table is a row
+the next report lists, fired or not. `TransitionCoverage.watch()` records through
+the engine's observer seam; the pytest plugin (`--transition-coverage`) drives it.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from html import escape
+from typing import Any
+
+from statemachine_agent import diagrams
+from statemachine_agent.machine import observers, table
+from statemachine_agent.machine.run import TransitionRecord
+from statemachine_agent.machine.table import Row
+
+RowKey = tuple[str, str, str, tuple[str, ...]]
+
+
+@dataclass(frozen=True)
+class RowCoverage:
+    """One row of the table and how many times it fired."""
+
+    row: Row
+    fired: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "source": self.row.source,
+            "trigger": self.row.trigger,
+            "guards": list(self.row.guards),
+            "dest": self.row.dest,
+            "description": self.row.description,
+            "fired": self.fired,
+        }
+
+
+class TransitionCoverage:
+    """Counts of fired rows, safe to update from any thread (runs happen on many)."""
+
+    def __init__(self) -> None:
+        self._counts: Counter[RowKey] = Counter()
+        self._lock = threading.Lock()
+
+    def observe(self, run_id: str, row: Row, record: TransitionRecord) -> None:
+        """The engine's observer callback: `row` fired once more."""
+        with self._lock:
+            self._counts[row.key] += 1
+
+    @contextmanager
+    def watch(self) -> Iterator[TransitionCoverage]:
+        """Count every row fired in this process while the block runs."""
+        with observers.watch_transitions(self.observe):
+            yield self
+
+    # -- merging (pytest-xdist workers send their counts as plain data) ---------------
+
+    def to_plain(self) -> list[list[Any]]:
+        """The counts as JSON-able data: `[[source, trigger, dest, [guards], count], ...]`."""
+        with self._lock:
+            return [[s, t, d, list(g), n] for (s, t, d, g), n in self._counts.items()]
+
+    def merge(self, plain: Iterable[Sequence[Any]]) -> None:
+        """Add counts made elsewhere (another worker's `to_plain()`)."""
+        with self._lock:
+            for source, trigger, dest, guards, count in plain:
+                self._counts[(str(source), str(trigger), str(dest), tuple(guards))] += int(count)
+
+    # -- reading ----------------------------------------------------------------------
+
+    def rows(self) -> list[RowCoverage]:
+        """Every row of the table, in table order, with its count."""
+        with self._lock:
+            return [RowCoverage(row, self._counts.get(row.key, 0)) for row in table.ROWS]
+
+    def never_fired(self) -> list[Row]:
+        return [r.row for r in self.rows() if not r.fired]
+
+    def percent(self) -> float:
+        """The share of the table's rows fired at least once, 0 to 100."""
+        rows = self.rows()
+        return 100.0 * sum(1 for r in rows if r.fired) / len(rows) if rows else 100.0
+
+    def summary(self) -> str:
+        rows = self.rows()
+        fired = sum(1 for r in rows if r.fired)
+        return f"{fired}/{len(rows)} rows fired ({self.percent():.1f}%)"
+
+    def table_lines(self) -> list[str]:
+        """The terminal table: each row's source, trigger, guards, dest and count,
+        then the rows that never fired."""
+        rows = self.rows()
+        cells = [
+            (r.row.source, r.row.trigger, " & ".join(r.row.guards) or "-", r.row.dest, r.fired)
+            for r in rows
+        ]
+        head = ("source", "trigger", "guards", "dest", "fired")
+        widths = [max(len(str(c[i])) for c in [head, *cells]) for i in range(4)]
+
+        def line(c: tuple[str, str, str, str, Any]) -> str:
+            left = "  ".join(str(c[i]).ljust(widths[i]) for i in range(4))
+            return f"{left}  {str(c[4]).rjust(5)}"
+
+        lines = [line(head), *(line(c) for c in cells)]
+        never = [r.row for r in rows if not r.fired]
+        if never:
+            lines.append("")
+            lines.append(f"never fired ({len(never)}):")
+            lines.extend(f"  {_describe(row)}" for row in never)
+        return lines
+
+    def report(self) -> dict[str, Any]:
+        """The JSON report: totals, then every row with its count."""
+        rows = self.rows()
+        return {
+            "rows_total": len(rows),
+            "rows_fired": sum(1 for r in rows if r.fired),
+            "percent": round(self.percent(), 2),
+            "rows": [r.to_dict() for r in rows],
+            "never_fired": [r.to_dict() for r in rows if not r.fired],
+        }
+
+    def report_json(self) -> str:
+        return json.dumps(self.report(), indent=2, ensure_ascii=False) + "\n"
+
+    def report_html(self) -> str:
+        """A self-contained page: the report's diagram of the machine with exercised rows
+        drawn as fired (with counts) and unexercised ones marked, then the table."""
+        from statemachine_agent.report import page
+
+        rows = self.rows()
+        marks = coverage_highlight(rows)
+        try:
+            svg: str | None = diagrams.svg(marks, full=True)
+        except (diagrams.GraphvizNotFoundError, diagrams.GraphvizError):
+            svg = None
+        fired, visited = diagrams.marked_ids(marks, full=True)
+        unfired = diagrams.unfired_ids(marks, full=True)
+        diagram = (
+            f'<div class="diagram">{page.mark_diagram(svg, fired, visited, unfired)}</div>'
+            if svg is not None
+            else f'<p class="muted">No diagram: no Graphviz renderer was found '
+            f"({escape(diagrams.GRAPHVIZ_HINT)}).</p>"
+        )
+        body = "\n".join(
+            f'<tr class="{"fired" if r.fired else "unfired"}"><td>{escape(r.row.source)}</td>'
+            f"<td>{escape(r.row.trigger)}</td><td>{escape(' & '.join(r.row.guards) or '-')}</td>"
+            f"<td>{escape(r.row.dest)}</td><td class=num>{r.fired}</td>"
+            f"<td>{escape(r.row.description)}</td></tr>"
+            for r in rows
+        )
+        return (
+            "<!DOCTYPE html>\n"
+            '<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+            f'<meta http-equiv="Content-Security-Policy" content="{page.CSP}">\n'
+            '<link rel="icon" href="data:,">\n'
+            f"<title>Transition coverage: {escape(self.summary())}</title>\n"
+            f"<style>{page.STYLE}{_STYLE}</style>\n</head>\n<body>\n<main>\n"
+            f"<header><h1>Transition coverage</h1><p>{escape(self.summary())}</p></header>\n"
+            '<section id="diagram"><h2>State machine</h2>'
+            '<p class="legend"><span class="key fired">fired row (×count)</span>'
+            '<span class="key unfired">never fired</span></p>'
+            f"{diagram}</section>\n"
+            '<section id="rows"><h2>Rows</h2><table class="coverage">'
+            "<tr><th>source</th><th>trigger</th><th>guards</th><th>dest</th>"
+            f"<th>fired</th><th>what it means</th></tr>\n{body}</table></section>\n"
+            "</main>\n</body>\n</html>\n"
+        )
+
+
+def coverage_highlight(rows: Sequence[RowCoverage]) -> diagrams.Highlight:
+    """What the diagram marks: fired rows with their counts, states entered, and the
+    unexercised rows (`Highlight.unfired`)."""
+    fired = Counter({r.row.key: r.fired for r in rows if r.fired})
+    states: Counter[str] = Counter()
+    for r in rows:
+        if r.fired:
+            states[r.row.dest] += r.fired
+    for r in rows:
+        if r.fired and r.row.source not in states:
+            states[r.row.source] += r.fired
+    never = frozenset(r.row.key for r in rows if not r.fired)
+    return diagrams.Highlight(fired, states, unfired=never)
+
+
+def _describe(row: Row) -> str:
+    via = f" [{' & '.join(row.guards)}]" if row.guards else ""
+    return f"{row.source} --{row.trigger}{via}--> {row.dest}"
+
+
+_STYLE = """
+.legend .key.unfired::before { background: #fff; border: 2px dashed #b42318; }
+table.coverage { border-collapse: collapse; width: 100%; font-size: 13px; }
+table.coverage td, table.coverage th { padding: 3px 8px; border-bottom: 1px solid #eaecf0;
+  text-align: left; }
+table.coverage td.num { text-align: right; font-variant-numeric: tabular-nums; }
+table.coverage tr.unfired td { color: #b42318; }
+g.edge.unfired path { stroke-dasharray: 5 4; }
+"""
