@@ -98,6 +98,7 @@ class Agent:
         output_type: Any = None,
         output_retries: int = DEFAULT_OUTPUT_RETRIES,
         fallback_models: Sequence[Model | str] = (),
+        summary_model: Model | str | None = None,
         request_options: Mapping[str, Any] | None = None,
         cache_prompt: bool = True,
         prices: Mapping[str, Price] | None = None,
@@ -130,6 +131,8 @@ class Agent:
                 by calling a `final_result` tool, and `result.output` is the typed value.
             output_retries: invalid final answers tolerated before the run fails.
             fallback_models: tried in order on overload or rate limit.
+            summary_model: writes the summaries of `summarize` (when
+                `ContextPolicy.summarize_at_tokens` is set); defaults to `model`.
             request_options: further Messages API parameters (temperature, ...).
             cache_prompt: put `cache_control` breakpoints on the prompt.
             prices: per-model prices, merged over the documented defaults.
@@ -137,6 +140,7 @@ class Agent:
         """
         model = _model(model)
         fallbacks = tuple(_model(m) for m in fallback_models)
+        summarizer = _model(summary_model) if summary_model is not None else None
         if reflection is not None and isinstance(reflection.critic, str):
             reflection = dataclasses.replace(reflection, critic=_model(reflection.critic))
         critic = _model(reflection.critic) if reflection and reflection.critic else None
@@ -176,7 +180,8 @@ class Agent:
         self._storage: Storage = _storage_option(checkpointer)
         store = resolve_checkpointer(self._storage, tools=registry, effects=effects)
         price_table = PriceTable({**DEFAULT_PRICES, **(prices or {})})
-        keyed = (model, *fallbacks, *([critic] if critic else []))
+        keyed = (model, *fallbacks, *([critic] if critic else []),
+                 *([summarizer] if summarizer else []))  # fmt: skip
         if budget.max_cost_usd is not None:
             for priced in keyed:
                 price_table.require(priced.name)
@@ -197,6 +202,7 @@ class Agent:
             context=context,
             fallback_models=fallbacks,
             critic=critic,
+            summary_model=summarizer,
             verifier=verify.verifier if verify is not None else None,
             approval=approval,
             checkpointer=store,
@@ -326,6 +332,11 @@ class Agent:
         return tuple(self._deps.fallback_models)
 
     @property
+    def summary_model(self) -> Model | None:
+        """The model that writes summaries, when not the agent's own model."""
+        return self._deps.summary_model
+
+    @property
     def request_options(self) -> Mapping[str, Any]:
         """The extra request parameters, as a read-only mapping."""
         return self._deps.request_options
@@ -346,9 +357,11 @@ class Agent:
 
     @property
     def models(self) -> list[Model]:
-        """Every model the agent may call: the model, its fallbacks and the critic."""
+        """Every model the agent may call: the model, its fallbacks, the critic and the
+        summary model."""
         deps = self._deps
-        return [deps.model, *deps.fallback_models, *([deps.critic] if deps.critic else [])]
+        extra = [m for m in (deps.critic, deps.summary_model) if m is not None]
+        return [deps.model, *deps.fallback_models, *extra]
 
     def redact(self, value: Any) -> Any:
         """`value` with this agent's secrets masked, exactly as in its audit events: for

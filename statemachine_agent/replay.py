@@ -215,6 +215,11 @@ def replay(audit: str | Path, *, output_type: Any = None) -> ReplayReport:
         max_continuations=settings.max_continuations,
         output_type=output_type or _recorded_output_schema(started),
         output_retries=settings.output_retries,
+        summary_model=(
+            ReplayModel(events, purpose="summary")
+            if settings.context.summarize_at_tokens is not None
+            else None
+        ),
         approval=_recorded_approvals(events),
         effects=effects,
     )

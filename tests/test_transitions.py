@@ -32,6 +32,7 @@ from statemachine_agent.machine.table import (
 from statemachine_agent.models.base import ModelReply
 from statemachine_agent.models.scripted import ScriptedModel
 from statemachine_agent.policy.budget import Budget
+from statemachine_agent.policy.context import ContextPolicy
 from statemachine_agent.policy.pricing import DEFAULT_PRICE_TABLE
 from statemachine_agent.testing import replies
 from statemachine_agent.tools.registry import ToolRegistry
@@ -135,9 +136,17 @@ def _verdict(ok: bool, rejections: int = 0) -> Arrange:
     return arrange
 
 
+def _summary_due(run: RunRecord) -> None:
+    """The prompt perceive measured passed the threshold, with older messages to replace."""
+    run.settings = replace(run.settings, context=ContextPolicy(summarize_at_tokens=100))
+    run.summary.prompt_tokens = 150
+    run.summary.replaceable = 3
+
+
 ARRANGEMENTS: dict[tuple[str, str, str, tuple[str, ...]], Arrange] = {
     ("perceive", "prepared", "cancelled", ("cancel_requested",)): _cancel,
     ("perceive", "prepared", "budget_exhausted", ("budget_exceeded",)): _spent,
+    ("perceive", "prepared", "summarize", ("summary_due",)): _summary_due,
     ("perceive", "prepared", "reason", ()): _nothing,
     ("reason", "replied", "cancelled", ("cancel_requested",)): _cancel,
     ("reason", "replied", "act", ("is_tool_use",)): _last(replies.tool_use("calculate")),
@@ -205,6 +214,10 @@ ARRANGEMENTS: dict[tuple[str, str, str, tuple[str, ...]], Arrange] = {
     ("continue", "continued", "perceive", ()): _nothing,
     ("compact", "compacted", "cancelled", ("cancel_requested",)): _cancel,
     ("compact", "compacted", "perceive", ()): _nothing,
+    ("summarize", "summarized", "cancelled", ("cancel_requested",)): _cancel,
+    ("summarize", "summarized", "perceive", ()): _nothing,
+    ("summarize", "summary_failed", "cancelled", ("cancel_requested",)): _cancel,
+    ("summarize", "summary_failed", "compact", ()): _nothing,
     ("awaiting_approval", "resumed", "act", ()): _nothing,
     ("cancelled", "resumed", "perceive", ("cancelled_before_reply",)): _cancelled_at(
         "reason", "model_failed"
@@ -224,6 +237,9 @@ ARRANGEMENTS: dict[tuple[str, str, str, tuple[str, ...]], Arrange] = {
             ("compact", "compacted"),
         )
     },
+    ("cancelled", "resumed", "perceive", ("cancelled_in_summarize",)): _cancelled_at(
+        "summarize", "summary_failed"
+    ),
     ("cancelled", "resumed", "perceive", ()): _nothing,
     **{(state, "crashed", "failed", ()): _nothing for state in WORKING_STATES + HELPER_STATES},
 }
@@ -288,7 +304,11 @@ def test_fired_transition_is_an_audit_event(engine: Engine) -> None:
         "run_id", "seq", "source", "dest", "trigger", "guards", "via",
         "iteration", "turn", "usage_total", "cost_usd", "elapsed_s", "ts",
     } <= set(event)  # fmt: skip
-    assert event["guards"] == {"cancel_requested": False, "budget_exceeded": False}
+    assert event["guards"] == {
+        "cancel_requested": False,
+        "budget_exceeded": False,
+        "summary_due": False,
+    }
 
 
 def test_guard_order_cancel_beats_budget(engine: Engine) -> None:

@@ -46,6 +46,8 @@ class AgentDeps:
     fallback_models: Sequence[Model] = ()
     """Tried in order when the model is overloaded or rate-limited after the SDK's retries."""
     critic: Model | None = None
+    summary_model: Model | None = None
+    """Writes the `summarize` state's summaries; None: the agent's model does."""
     verifier: Callable[[Claim], Verdict | Awaitable[Verdict]] | None = None
     approval: ApprovalPolicy | None = None
     checkpointer: Checkpointer | None = None

@@ -38,6 +38,7 @@ from statemachine_agent.phases.observe import Observe
 from statemachine_agent.phases.perceive import Perceive
 from statemachine_agent.phases.reason import Reason
 from statemachine_agent.phases.reflect import Reflect
+from statemachine_agent.phases.summarize import Summarize
 from statemachine_agent.phases.verify import Verify
 
 T = TypeVar("T")
@@ -80,6 +81,7 @@ PHASES: Mapping[str, Phase] = {
     "verify": Verify(),
     "continue": Continue(),
     "compact": Compact(),
+    "summarize": Summarize(),
 }
 
 

@@ -149,6 +149,19 @@ def answer_retries_exhausted(run: RunRecord) -> bool:
     return run.invalid_answers > run.settings.output_retries
 
 
+def summary_due(run: RunRecord) -> bool:
+    """The prompt `perceive` measured has passed `summarize_at_tokens`, messages older than
+    the kept exchanges exist, and no summary was tried since the loop's last model call."""
+    limit = run.settings.context.summarize_at_tokens
+    track = run.summary
+    return (
+        limit is not None
+        and track.prompt_tokens >= limit
+        and track.replaceable > 0
+        and track.attempted_at != run.iteration
+    )
+
+
 def approval_pending(run: RunRecord) -> bool:
     """Some tool calls wait for a human decision."""
     return bool(run.approval.awaiting)
@@ -231,6 +244,7 @@ GUARDS: Mapping[str, Guard] = {
         rejections_exhausted,
         can_continue,
         can_compact,
+        summary_due,
         tool_failed_fatally,
         answer_retries_exhausted,
         approval_pending,

@@ -144,6 +144,26 @@ class ContinuationTrack:
 
 
 @dataclass(slots=True)
+class SummaryTrack:
+    """The second context layer: the prompt as `perceive` measured it, and the summaries.
+
+    `perceive` measures; the `summary_due` guard decides from these figures alone.
+    """
+
+    prompt_tokens: int = 0
+    """The size of the prompt about to be sent, as `perceive` measured it."""
+    replaceable: int = 0
+    """Messages a summary would replace now (0: too few are older than `keep_last`)."""
+    attempted_at: int = -1
+    """The iteration of the last attempt: one attempt per model call of the loop, so a
+    run never loops on summarizing."""
+    count: int = 0
+    """Summaries that replaced older messages."""
+    failure: str | None = None
+    """Why the last attempt did not replace anything (its fallback then compacts)."""
+
+
+@dataclass(slots=True)
 class ApprovalTrack:
     """Tool calls waiting for a human, and the decisions `resume` brought for them."""
 
@@ -158,7 +178,7 @@ class RunRecord:
     """The mutable state of one run; `state` is the machine's current state.
 
     Fields are grouped by the feature that owns them (`stall`, `verification`,
-    `continuation`, `approval`); each field declares how checkpoints store it.
+    `continuation`, `summary`, `approval`); each field declares how checkpoints store it.
     """
 
     run_id: str
@@ -201,6 +221,7 @@ class RunRecord:
     continuation: ContinuationTrack = field(default_factory=ContinuationTrack)
     overflow_retried: bool = False
     """The one compaction-and-retry after an overflow was used."""
+    summary: SummaryTrack = field(default_factory=SummaryTrack)
     approval: ApprovalTrack = field(default_factory=ApprovalTrack)
     chat_ended: bool = False
     """The model called `end_chat`: the conversation around this run should stop."""

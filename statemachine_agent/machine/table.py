@@ -24,7 +24,14 @@ from statemachine_agent.machine.ends import END_STATES as END_STATES  # the tabl
 WORKING_STATES: tuple[str, ...] = ("perceive", "reason", "act", "observe")
 """The four phases of the loop."""
 
-HELPER_STATES: tuple[str, ...] = ("intervene", "reflect", "verify", "continue", "compact")
+HELPER_STATES: tuple[str, ...] = (
+    "intervene",
+    "reflect",
+    "verify",
+    "continue",
+    "compact",
+    "summarize",
+)
 """Working states a configured feature (or a recoverable stop) routes through."""
 
 
@@ -70,6 +77,8 @@ ROWS: tuple[Row, ...] = (
         "The host asked to cancel; no further model call."),
     Row("perceive", "prepared", "budget_exhausted", ("budget_exceeded",),
         "A limit (iterations, cost, tokens, time, refused tool calls) is reached."),
+    Row("perceive", "prepared", "summarize", ("summary_due",),
+        "The prompt passed summarize_at_tokens: summarize older exchanges before the call."),
     Row("perceive", "prepared", "reason", (),
         "The request is ready and the budget allows one more model call."),
     # reason: one model call came back (or failed); its stop_reason decides.
@@ -161,7 +170,16 @@ ROWS: tuple[Row, ...] = (
     Row("compact", "compacted", "cancelled", ("cancel_requested",),
         "Cancelled during compaction."),
     Row("compact", "compacted", "perceive", (),
-        "Old tool results are replaced by placeholders; the call is tried again, once."),
+        "Old tool results are placeholders now; the request is built again, smaller."),
+    Row("summarize", "summarized", "cancelled", ("cancel_requested",),
+        "Cancelled after summarizing; the summary is in the history."),
+    Row("summarize", "summarized", "perceive", (),
+        "Older exchanges are one summary now; the smaller request is built again."),
+    Row("summarize", "summary_failed", "cancelled", ("cancel_requested",),
+        "Cancelled while the summary was asked for; the call is abandoned."),
+    Row("summarize", "summary_failed", "compact", (),
+        "The summary call failed, or would not shrink the prompt: placeholders instead.",
+        arrival="instead_of_summary"),
     # resuming: a paused or cancelled run carries on from where it stopped.
     Row("awaiting_approval", "resumed", "act", (),
         "Resumed with decisions: act applies them and runs only the calls not yet answered."),
@@ -180,6 +198,8 @@ ROWS: tuple[Row, ...] = (
                                ("reflect", "reflected"), ("verify", "verified"),
                                ("continue", "continued"), ("compact", "compacted"))
     ),
+    Row("cancelled", "resumed", "perceive", ("cancelled_in_summarize",),
+        "Cancelled in summarize: measure the prompt again (a summary made is kept)."),
     Row("cancelled", "resumed", "perceive", (),
         "Where the run was cancelled is not recorded: start again from a fresh request."),
     # A defect in a phase (a bug, not a model or tool failure) still ends by name.

@@ -22,7 +22,8 @@ class ReplayDivergenceError(RuntimeError):
 
 
 class ReplayModel:
-    """Replays the recorded calls of one purpose (the loop's own and salvage, or the critic's)."""
+    """Replays the recorded calls of one purpose (the loop's own and salvage, or the
+    critic's, or the summaries')."""
 
     def __init__(
         self, audit: str | Path | Iterable[Mapping[str, Any]], *, purpose: str | None = None

@@ -1,10 +1,15 @@
-"""Compact: the prompt outgrew the context window; make room once and retry.
+"""Compact: replace old tool results by placeholders, and go on with a smaller prompt.
 
-Entered only by the rows for an overflow (the API's 400 "prompt is too long",
-or a reply stopped by `model_context_window_exceeded`). Old tool results are
-replaced by placeholders, keeping at most the latest one, and the run goes back
-to `perceive` for one more try; `can_compact` allows this once per run, so an
-overflow that compaction cannot cure ends in `context_overflow`.
+Entered by the rows for an overflow (the API's 400 "prompt is too long", or a
+reply stopped by `model_context_window_exceeded`): old tool results are
+replaced, keeping at most the latest one, and the run goes back to `perceive`
+for one more try; `can_compact` allows this once per run, so an overflow that
+compaction cannot cure ends in `context_overflow`.
+
+Entered `instead_of_summary` (the summary call failed, or would not have made
+the prompt smaller), it is the first layer's fallback for the second: the
+results are replaced keeping `keep_tool_results`, as at the compaction
+threshold, and the one overflow retry is left unused.
 """
 
 from __future__ import annotations
@@ -20,6 +25,9 @@ class Compact:
 
     async def run(self, ctx: PhaseContext) -> Literal["compacted"]:
         run = ctx.state
+        if ctx.arrival == "instead_of_summary":
+            compact_history(ctx, keep=ctx.deps.context.keep_tool_results, forced=False)
+            return "compacted"
         if ctx.arrival == "drop_cut_reply" and run.messages:
             run.messages.pop()  # the reply the window cut off: the retry replaces it
         run.error = None

@@ -2,10 +2,13 @@
 
 The request is assembled fresh from the record each time (system prompt, tool
 definitions, the exact history), so nothing the model sees is hidden state.
-This is also where the context is kept in bounds before it overflows: old tool
-results are replaced once the prompt grows past its threshold. (Continuing a
-cut-off reply and recovering from an overflow are states of their own,
-`continue` and `compact`, entered by their rows.)
+This is also where the prompt is measured and kept in bounds before it
+overflows. The measure is recorded, and the `summary_due` guard decides from it
+whether the run passes through `summarize` first (the second layer); when it
+does not, old tool results are replaced by placeholders once the prompt grows
+past `compact_at_tokens`. Summarizing gets the first claim because placeholders
+throw away what a summary would keep. (Continuing a cut-off reply and
+recovering from an overflow are states of their own, `continue` and `compact`.)
 """
 
 from __future__ import annotations
@@ -13,7 +16,9 @@ from __future__ import annotations
 from typing import Literal
 
 from statemachine_agent.context.caching import cache_last_tool, cache_latest_message
+from statemachine_agent.context.summary import summary_cut
 from statemachine_agent.machine.context import PhaseContext
+from statemachine_agent.machine.guards import summary_due
 from statemachine_agent.models.base import JSON, ModelRequest
 from statemachine_agent.phases.compact import compact_history
 
@@ -22,25 +27,27 @@ class Perceive:
     """Builds the next request; the guards then decide whether it may be sent."""
 
     async def run(self, ctx: PhaseContext) -> Literal["prepared"]:
-        if await _over_threshold(ctx):
-            compact_history(ctx, keep=ctx.deps.context.keep_tool_results, forced=False)
+        run, policy = ctx.state, ctx.deps.context
+        if policy.compact_at_tokens is not None or policy.summarize_at_tokens is not None:
+            run.summary.prompt_tokens = await measure(ctx)
+            run.summary.replaceable = summary_cut(run.messages, policy.keep_last)
+            limit = policy.compact_at_tokens
+            if limit is not None and run.summary.prompt_tokens >= limit and not summary_due(run):
+                compact_history(ctx, keep=policy.keep_tool_results, forced=False)
         ctx.request = build_request(ctx)
         return "prepared"
 
 
-async def _over_threshold(ctx: PhaseContext) -> bool:
-    """Whether the prompt has grown past the compaction threshold.
+async def measure(ctx: PhaseContext) -> int:
+    """How many tokens the prompt about to be sent takes.
 
     Estimated locally by default; with `count_tokens` on, the model's own
     counter is asked (when the model has one).
     """
-    limit = ctx.deps.context.compact_at_tokens
-    if limit is None:
-        return False
     counter = getattr(ctx.deps.model, "acount_tokens", None)
     if ctx.deps.context.count_tokens and counter is not None:
-        return int(await counter(build_request(ctx))) >= limit
-    return ctx.sizes.estimate(ctx.state.messages) >= limit
+        return int(await counter(build_request(ctx)))
+    return ctx.sizes.estimate(ctx.state.messages)
 
 
 def system_blocks(text: str | None, *, cache: bool) -> list[JSON]:

@@ -1,9 +1,11 @@
 """How much of the history the model is shown, and what is cached.
 
-Three layers keep a long run inside the context window: results too large are
-cut when they arrive (with a notice), old tool results are replaced by a
-placeholder once the prompt grows past a threshold, and as a last resort an
-overflow reported by the API triggers one forced compaction and a retry.
+Three layers keep a long run inside the context window (docs/configuration.md
+says what triggers each): results too large are cut when they arrive (with a
+notice); past a threshold, old exchanges are replaced by a model's summary of
+them (the `summarize` state), or old tool results by a placeholder; and the
+API's own context editing (`server_edits`) acts on the server. As a last resort
+an overflow reported by the API triggers one forced compaction and a retry.
 """
 
 from __future__ import annotations
@@ -33,6 +35,12 @@ class ContextPolicy:
     """On a context overflow from the API, compact once (keeping one result) and retry."""
     server_edits: Mapping[str, Any] | None = None
     """Passed through as the request's `context_management` (server-side clearing)."""
+    summarize_at_tokens: int | None = None
+    """Past this many prompt tokens, the run passes through `summarize`: older exchanges
+    are replaced by a model's summary of them. Off by default: it costs a model call."""
+    keep_last: int = 4
+    """Exchanges (an assistant message and the user message answering it) kept verbatim
+    after the summary; at least 1, so the model always sees its latest step whole."""
 
     def __post_init__(self) -> None:
         if self.max_tool_result_chars < 100:
@@ -41,3 +49,7 @@ class ContextPolicy:
             raise ValueError("ContextPolicy.compact_at_tokens must be positive or None")
         if self.keep_tool_results < 0:
             raise ValueError("ContextPolicy.keep_tool_results must be >= 0")
+        if self.summarize_at_tokens is not None and self.summarize_at_tokens < 1:
+            raise ValueError("ContextPolicy.summarize_at_tokens must be positive or None")
+        if self.keep_last < 1:
+            raise ValueError("ContextPolicy.keep_last must be at least 1")

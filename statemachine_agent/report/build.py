@@ -35,6 +35,7 @@ _NOTE_EVENTS: Mapping[str, bool] = {
     "verify.checked": False,
     "context.continued": False,
     "context.compacted": False,
+    "context.summary_failed": True,
 }
 """Events shown as one-line notes in their iteration."""
 
@@ -200,6 +201,22 @@ class Point:
 
 
 @dataclass(frozen=True)
+class SummaryStep:
+    """One pass through `summarize` that replaced older messages by a summary, shown as a
+    step of its own (its call is not counted among the iteration's)."""
+
+    after_iteration: int
+    """The loop model calls made before it."""
+    messages_replaced: int
+    tokens_replaced: int
+    tokens_before: int
+    tokens_after: int
+    summary: str
+    call: ModelCall | None
+    """The summary model's call (its usage and cost), when recorded."""
+
+
+@dataclass(frozen=True)
 class Report:
     """Everything the HTML report and `inspect` show, gathered from one audit file."""
 
@@ -214,6 +231,8 @@ class Report:
     outcome: Outcome | None
     points: tuple[Point, ...]
     event_count: int
+    summaries: tuple[SummaryStep, ...] = ()
+    """Each time older exchanges were replaced by a summary (`context.summarized`)."""
 
     @property
     def tokens(self) -> Tokens:
@@ -266,7 +285,35 @@ def build(events: Sequence[Mapping[str, Any]]) -> Report:
         outcome=outcome,
         points=_points(transitions, outcome),
         event_count=len(events),
+        summaries=_summaries(events),
     )
+
+
+def _summaries(events: Sequence[Mapping[str, Any]]) -> tuple[SummaryStep, ...]:
+    """Each `context.summarized` event, with the summary call that preceded it."""
+    steps: list[SummaryStep] = []
+    model: str | None = None
+    call: ModelCall | None = None
+    for event in events:
+        name = _str(event.get("event"))
+        if event.get("purpose") == "summary" and name == "model.requested":
+            model = _str(event.get("model")) or None
+        elif event.get("purpose") == "summary" and name == "model.replied":
+            call = _model_call(event, model)
+        elif name == "context.summarized":
+            steps.append(
+                SummaryStep(
+                    after_iteration=_int(event.get("iteration")),
+                    messages_replaced=_int(event.get("messages_replaced")),
+                    tokens_replaced=_int(event.get("tokens_replaced")),
+                    tokens_before=_int(event.get("tokens_before")),
+                    tokens_after=_int(event.get("tokens_after")),
+                    summary=_str(event.get("summary")),
+                    call=call,
+                )
+            )
+            call = None
+    return tuple(steps)
 
 
 # -- segmenting ----------------------------------------------------------------------
@@ -480,6 +527,8 @@ def _note_text(name: str, event: Mapping[str, Any]) -> str:
             f"compacted {_int(event.get('replaced'))} tool results "
             f"({_int(event.get('tokens_before'))} → {_int(event.get('tokens_after'))} tokens)"
         )
+    if name == "context.summary_failed":
+        return f"no summary ({_str(event.get('reason'))}); old tool results compacted instead"
     if name == "model.fallback":
         return (
             f"{_str(event.get('failed_model'))} failed ({_str(event.get('error'))}); "

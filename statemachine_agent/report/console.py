@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from statemachine_agent.audit.chain import Verification
-from statemachine_agent.report.build import Iteration, Report, Tokens
+from statemachine_agent.report.build import Iteration, Report, SummaryStep, Tokens
 from statemachine_agent.report.fmt import count, usd
 
 NOTE_WIDTH = 72
@@ -34,6 +34,9 @@ def inspect_table(report: Report) -> Table:
         table.add_row("-", *_cells(report.preamble))
     for iteration in report.iterations:
         table.add_row(str(iteration.number), *_cells(iteration))
+        for step in report.summaries:
+            if step.after_iteration == iteration.number:
+                table.add_row("S", *_summary_cells(step))
     tokens = report.tokens
     failed = report.failed_tool_calls
     tools = Text(f"{report.tool_calls} calls")
@@ -78,6 +81,19 @@ def _cells(iteration: Iteration) -> tuple[Text, str, Text, str, str]:
         else:
             tools.append(f"{tool.tool} ✓")
     return moves, stop, tools, _tokens(iteration.tokens), usd(iteration.cost_usd)
+
+
+def _summary_cells(step: SummaryStep) -> tuple[Text, str, Text, str, str]:
+    """A summary's row: what it replaced, and the prompt before and after."""
+    what = Text(
+        f"summary: {step.messages_replaced} messages ({count(step.tokens_replaced)} tokens) "
+        f"→ 1; prompt {count(step.tokens_before)} → {count(step.tokens_after)} tokens",
+        style="magenta",
+    )
+    call = step.call
+    tokens = _tokens(call.tokens) if call is not None else ""
+    cost = usd(call.cost_usd) if call is not None and call.cost_usd is not None else ""
+    return what, call.stop_reason or "" if call is not None else "", Text(), tokens, cost
 
 
 def _tokens(tokens: Tokens) -> str:

@@ -22,6 +22,7 @@ from statemachine_agent.report.build import (
     ModelCall,
     Outcome,
     Report,
+    SummaryStep,
     ToolRun,
     Transition,
 )
@@ -239,8 +240,14 @@ def _timeline(report: Report) -> str:
         parts.append(_segment(report.preamble, "Before the first model call", "preamble"))
     if not report.iterations:
         parts.append('<p class="muted">No model call was made.</p>')
+    shown: set[int] = set()
     for iteration in report.iterations:
         parts.append(_segment(iteration, f"Iteration {iteration.number}", "iteration"))
+        for index, step in enumerate(report.summaries):
+            if step.after_iteration == iteration.number:
+                parts.append(_summary(step, index))
+                shown.add(index)
+    parts += [_summary(s, i) for i, s in enumerate(report.summaries) if i not in shown]
     parts.append("</section>")
     return "\n".join(parts)
 
@@ -272,11 +279,33 @@ def _segment(iteration: Iteration, title: str, cls: str) -> str:
         body.append(f'<ul class="notes">{notes}</ul>')
     if iteration.transitions:
         body.append(_transitions(iteration.transitions))
-    body += [_call(c) for c in iteration.calls if c.purpose is not None]
+    body += [_call(c) for c in iteration.calls if c.purpose not in (None, "summary")]
     return (
         f'<article class="{cls}{error_cls}" id="{cls}-{iteration.number}" '
         f'data-iteration="{iteration.number}">'
         f"<header><h3>{_e(title)}</h3>{stop}{flags}{figures}</header>"
+        + "".join(body)
+        + "</article>"
+    )
+
+
+def _summary(step: SummaryStep, index: int) -> str:
+    """A summary as a step of its own, after the iteration it followed."""
+    figures = (
+        f'<span class="figures">{count(step.tokens_before)} → {count(step.tokens_after)} '
+        "prompt tokens</span>"
+    )
+    facts = (
+        f"{step.messages_replaced} earlier messages ({count(step.tokens_replaced)} tokens) "
+        "replaced by one summary"
+    )
+    body = [f'<p class="facts">{_e(facts)}</p>', f'<div class="assistant">{_e(step.summary)}</div>']
+    if step.call is not None:
+        body.append(_call(step.call))
+    return (
+        f'<article class="summary" id="summary-{index}" '
+        f'data-iteration="{step.after_iteration}">'
+        f"<header><h3>Summary after iteration {step.after_iteration}</h3>{figures}</header>"
         + "".join(body)
         + "</article>"
     )
@@ -427,6 +456,7 @@ svg.machine g.node.visited path, svg.machine g.node.visited polygon { fill: var(
 article { border: 1px solid var(--line); border-left: 4px solid #98a2b3; border-radius: 6px;
   padding: 10px 14px; margin: 10px 0; background: #fff; }
 article.has-error { border-left-color: var(--bad); }
+article.summary { border-left-color: #7a5af8; }
 article > header { display: flex; align-items: baseline; gap: 4px; margin-bottom: 6px; }
 article .figures { margin-left: auto; color: var(--muted); font-size: 12.5px; }
 .call { margin: 6px 0; } .call .facts { margin: 0 0 4px; color: var(--muted); font-size: 13px; }
