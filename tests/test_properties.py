@@ -15,7 +15,9 @@ from hypothesis import strategies as st
 
 from statemachine_agent import (
     Agent,
+    Audit,
     Budget,
+    MemorySink,
     ModelError,
     ReflectionPolicy,
     ScriptedModel,
@@ -149,3 +151,81 @@ def test_every_tool_use_is_answered_in_order(calls: list[tuple[str, dict[str, An
     assert [b["tool_use_id"] for b in answers] == asked
     assert all(isinstance(b.get("is_error", False), bool) for b in answers)
     assert all(b["content"] for b in answers)
+
+
+@tool
+def leaf(n: int) -> str:
+    """Returns a long page, so that a run soon passes its summary threshold."""
+    return f"leaf {n} " + "w" * 600
+
+
+loop_entry = st.one_of(
+    st.integers(0, 9).map(lambda n: replies.tool_use("leaf", {"n": n})),
+    st.just(replies.text("done")),
+    st.just(ModelError("overloaded", status=529, retryable=True)),
+)
+loop_script = st.tuples(
+    st.lists(st.integers(0, 9).map(lambda n: replies.tool_use("leaf", {"n": n})), max_size=9),
+    st.lists(loop_entry, max_size=3),
+).map(lambda parts: [*parts[0], *parts[1]])
+summary_entry = st.one_of(
+    st.just(replies.text("Found: the leaves so far.")),
+    st.integers(0, 4000).map(lambda n: replies.text("Found: all.", usage={"input_tokens": n})),
+    st.just(ModelError("overloaded", status=529, retryable=True)),
+    st.just(replies.text("z" * 20_000)),
+    st.just(replies.text("cut", stop_reason="max_tokens")),
+)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    script=loop_script,
+    summaries=st.lists(summary_entry, max_size=8),
+    limit=st.integers(2, 12),
+    max_tokens=st.one_of(st.none(), st.integers(30, 12_000)),
+    threshold=st.integers(100, 1200),
+    keep_last=st.integers(1, 3),
+)
+def test_summary_calls_are_budgeted_charged_once_and_never_loop(
+    script: list[Any],
+    summaries: list[Any],
+    limit: int,
+    max_tokens: int | None,
+    threshold: int,
+    keep_last: int,
+) -> None:
+    """Whatever the loop and the summary model answer: no summary call starts past a
+    limit, each is charged exactly once, at most one is tried per loop call, every
+    request is valid, and the run ends in a named state within max_iterations."""
+    model = ScriptedModel(script, validate=False)
+    writer = ScriptedModel(summaries, validate=False, name="claude-haiku-4-5")
+    sink = MemorySink()
+    policy = ContextPolicy(summarize_at_tokens=threshold, keep_last=keep_last,
+                           keep_tool_results=1, compact_at_tokens=None)  # fmt: skip
+    agent = Agent(
+        model,
+        tools=[leaf],
+        budget=Budget(max_iterations=limit, max_total_tokens=max_tokens),
+        stall=None,
+        context=policy,
+        summary_model=writer,
+        audit=Audit(sinks=[sink]),
+    )
+    result = agent.run("go")
+
+    assert result.end_state in END_STATES
+    assert result.iterations <= limit
+    entries = [step for step in result.trail if step.dest == "summarize"]
+    assert len(writer.requests) == len(entries)
+    for step in entries:
+        assert step.guards["budget_exceeded"] is False
+        assert (
+            max_tokens is None
+            or step.usage_total["input_tokens"] + step.usage_total["output_tokens"] < max_tokens
+        )
+    assert len({step.iteration for step in entries}) == len(entries)
+    replied = [e for e in sink.events if e["event"] == "model.replied"]
+    assert result.usage.input_tokens == sum(e["usage"]["input_tokens"] for e in replied)
+    assert result.usage.output_tokens == sum(e["usage"]["output_tokens"] for e in replied)
+    for request in [*model.requests, *writer.requests]:
+        assert validate_request(request.to_api()) == []

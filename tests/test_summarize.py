@@ -295,10 +295,19 @@ class TestCancellation:
 
         model = ScriptedModel([*pages(4), replies.text("done")])
         summary = ScriptedModel([cancel_then_summarize])
-        result = agent(model, summary, MemorySink()).run("q", cancel=token)
+        store = MemoryCheckpointer()
+        first = agent(model, summary, MemorySink(), checkpointer=store)
+        result = first.run("q", cancel=token, run_id="r2")
         assert_end_state(result, "cancelled")
         assert_fired(result, "summarize", "summarized", "cancelled", via=["cancel_requested"])
         assert result.messages[0]["content"][0]["text"].startswith("[Summary of the")
+        # the shorter history was checkpointed: the resumed run sends the summary first
+        sent = len(model.requests)
+        resumed = first.replace(summary_model=summarizer()).resume("r2")
+        assert_end_state(resumed, "completed")
+        again = model.requests[sent].messages  # the latest one carries a cache breakpoint
+        assert len(again) == len(result.messages)
+        assert again[:-1] == result.messages[:-1]
 
 
 def test_a_defect_in_summarize_ends_the_run_failed(monkeypatch: pytest.MonkeyPatch) -> None:

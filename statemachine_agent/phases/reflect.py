@@ -46,6 +46,8 @@ def transcript(messages: list[JSON], limit: int = 20_000) -> str:
             elif kind == "tool_use":
                 args = json.dumps(block.get("input"), ensure_ascii=False)
                 lines.append(f"tool call: {block.get('name')}({args})")
+            elif kind == "compaction":  # the API's own summary of what came before it
+                lines.append(f"summary of earlier work: {block.get('content')}")
             elif kind == "tool_result":
                 flag = " (error)" if block.get("is_error") else ""
                 lines.append(f"tool result{flag}: {block.get('content')}")
