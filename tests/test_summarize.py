@@ -472,3 +472,42 @@ class TestWithServerSideEditing:
         assert all("context_management" not in r.to_api() for r in summary.requests)
         for request in [*model.requests, *summary.requests]:
             assert validate_request(request.to_api()) == []
+
+
+class TestWithServerSideCompaction:
+    def test_server_compaction_and_the_client_summary_through_the_sdk(
+        self, server: FakeAnthropicServer
+    ) -> None:
+        """Server-side compaction configured too, through the real SDK: a `compaction` stop
+        keeps its block and the loop goes on; the client summary acts before the requests
+        are sent, keeps the compaction block's message verbatim, and every request (the
+        beta ones with their edits, the summary one without) is valid."""
+        compact = {"edits": [{"type": "compact_20260112", "pause_after_compaction": True}]}
+        paused = replies.reply(
+            {"type": "compaction", "content": "Server summary: pages 0-2 read."},
+            stop_reason="compaction",
+        )
+        script = [*pages(3), paused, *pages(6)[3:], replies.text("done")]
+
+        def route(body: JSON) -> JSON:
+            system = body.get("system") or [{}]
+            if system[0].get("text") == SUMMARY_SYSTEM:
+                return replies.text("Found: " + ", ".join(re.findall(r"fact-\d+=\d+", str(body))))
+            return script.pop(0)
+
+        server.add(*[route] * 16)
+        policy = ContextPolicy(summarize_at_tokens=600, keep_last=2, compact_at_tokens=None,
+                               server_edits=compact)  # fmt: skip
+        model = AnthropicModel(api_key="sk-ant-test-0000", base_url=server.base_url)
+        result = Agent(model, tools=[page], stall=None, context=policy).run("q")
+        assert_end_state(result, "completed")
+        assert server.invalid_requests == []
+        assert server.errors == []
+        assert_fired(result, "reason", "replied", "perceive", via=["is_compaction"])
+        assert "summarize" in result.path
+        loop = [r for r in server.requests if r.get("tools")]
+        asked = [r for r in server.requests if not r.get("tools")]
+        assert asked
+        assert all(r["context_management"] == compact for r in loop)
+        assert all("context_management" not in r for r in asked)
+        assert "Server summary" in str(result.messages) or "Server summary" in str(asked)
