@@ -175,7 +175,7 @@ class _Group:
         return o
 
 
-class _ToolCalls:
+class _ToolCalls(_Group):
     """One tool's calls in the window, as the oscillation pattern reads them.
 
     A call is a "return" when its outcome differs from the tool's previous call's and
@@ -185,11 +185,10 @@ class _ToolCalls:
     looked at again.
     """
 
-    __slots__ = ("args", "by_outcome", "calls", "changed", "returns")
+    __slots__ = ("by_outcome", "changed", "returns")
 
     def __init__(self) -> None:
-        self.calls: deque[_Observation] = deque()
-        self.args: Counter[str] = Counter()
+        super().__init__()
         self.by_outcome: dict[tuple[str, bool], _Group] = {}
         self.changed: dict[int, bool] = {}
         self.returns: set[int] = set()
@@ -203,24 +202,18 @@ class _ToolCalls:
         elif changed and _other_args(same.args, o.args):
             self.returns.add(o.seq)
         same.add(o)
-        self.calls.append(o)
-        self.args[o.args] += 1
+        super().add(o)
         self.changed[o.seq] = changed
 
-    def drop_oldest(self) -> None:
-        o = self.calls.popleft()
-        left = self.args[o.args] - 1
-        if left:
-            self.args[o.args] = left
-        else:
-            del self.args[o.args]
+    def drop_oldest(self) -> _Observation:
+        o = super().drop_oldest()
         del self.changed[o.seq]
         self.returns.discard(o.seq)
         same = self.by_outcome[o.outcome]
         same.drop_oldest()
         if not same.calls:
             del self.by_outcome[o.outcome]
-            return
+            return o
         seen: Counter[str] = Counter()
         for c in same.calls:
             if self.changed[c.seq] and _other_args(seen, c.args):
@@ -228,6 +221,7 @@ class _ToolCalls:
             else:
                 self.returns.discard(c.seq)
             seen[c.args] += 1
+        return o
 
 
 def _other_args(seen: Counter[str], args: str) -> bool:
