@@ -11,7 +11,7 @@ import asyncio
 import dataclasses
 import inspect
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from os import PathLike
 from pathlib import Path
 from types import MappingProxyType
@@ -44,6 +44,8 @@ from statemachine_agent.policy.pricing import DEFAULT_PRICES, Price, PriceTable
 from statemachine_agent.policy.reflection import ReflectionPolicy
 from statemachine_agent.policy.stall import StallPolicy
 from statemachine_agent.policy.verify import Verifier, VerifyPolicy
+from statemachine_agent.stream.events import StreamEvent
+from statemachine_agent.stream.run import RunStream, StreamTap, iter_sync
 from statemachine_agent.tools.base import Tool
 from statemachine_agent.tools.decorator import tool as make_tool
 from statemachine_agent.tools.registry import ToolRegistry
@@ -424,6 +426,73 @@ class Agent:
         return await self._drive(record, cancel=cancel, deadline=deadline,
                                  deps=self._deps_for(output_type), host_deps=deps)  # fmt: skip
 
+    def astream(
+        self,
+        prompt: str | Sequence[JSON],
+        *,
+        history: Sequence[JSON] = (),
+        cancel: CancelToken | None = None,
+        deadline: float | None = None,
+        run_id: str | None = None,
+        output_type: Any = None,
+        deps: Any = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> RunStream:
+        """Run, handing out its events as they happen (`async for event in agent.astream(...)`).
+
+        The events (`statemachine_agent.stream.events`, JSON forms in docs/events.md):
+        text and thinking deltas, tool call started and its input complete, tool
+        results, every transition, and last `RunEnded` with the `RunResult`. The
+        model's reply is streamed for this (an `AnthropicModel` streams whenever
+        someone listens). Leaving the loop early cancels the run (it ends in
+        `cancelled`, the streamed text kept); `async with` or `aclose()` waits for
+        that end. Takes `arun`'s arguments.
+        """
+        record = self._new_record(prompt, history, run_id, metadata)
+        return self._stream(record, cancel=cancel, deadline=deadline,
+                            deps=self._deps_for(output_type), host_deps=deps)  # fmt: skip
+
+    def stream(
+        self,
+        prompt: str | Sequence[JSON],
+        *,
+        history: Sequence[JSON] = (),
+        cancel: CancelToken | None = None,
+        deadline: float | None = None,
+        run_id: str | None = None,
+        output_type: Any = None,
+        deps: Any = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Iterator[StreamEvent]:
+        """`astream` for synchronous code: the run goes on a worker thread's event loop."""
+        record = self._new_record(prompt, history, run_id, metadata)
+        token = cancel or CancelToken()
+        services = self._deps_for(output_type)
+        return iter_sync(
+            lambda: self._stream(record, cancel=token, deadline=deadline, deps=services,
+                                 host_deps=deps),
+            token,
+        )  # fmt: skip
+
+    def _stream(
+        self,
+        record: RunRecord,
+        *,
+        cancel: CancelToken | None,
+        deadline: float | None,
+        deps: AgentDeps,
+        host_deps: Any,
+        writer: CheckpointWriter | None = None,
+    ) -> RunStream:
+        """The run of `record` as a stream of its events (see `astream`)."""
+        token = cancel or CancelToken()
+
+        async def start(tap: StreamTap, token: CancelToken) -> RunResult:
+            return await self._drive(record, cancel=token, deadline=deadline, writer=writer,
+                                     deps=deps, host_deps=host_deps, sinks=[tap])  # fmt: skip
+
+        return RunStream(record.run_id, start, token)
+
     def _new_record(
         self,
         prompt: str | Sequence[JSON],
@@ -519,14 +588,16 @@ class Agent:
         writer: CheckpointWriter | None = None,
         deps: AgentDeps | None = None,
         host_deps: Any = None,
+        sinks: Sequence[AuditSink] = (),
     ) -> RunResult:
         """Drive a record to its end; `writer` (of its checkpoints so far) means a resume;
-        `host_deps` are the host's `deps=` for its tools."""
+        `host_deps` are the host's `deps=` for its tools; `sinks` this run's own audit
+        sinks, after the agent's."""
         if deadline is not None:
             cancel = cancel or CancelToken()
             cancel.cancel_after(deadline)
         audit = self._audit
-        sinks: list[AuditSink] = list(audit.sinks)
+        sinks = [*audit.sinks, *sinks]
         own: JsonlSink | None = None
         chain = Chain(audit.audit_key)
         run_file = audit.run_file(record.run_id)

@@ -10,7 +10,7 @@ module-level flag.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
 
 from statemachine_agent.agent import Agent
@@ -19,6 +19,8 @@ from statemachine_agent.machine.engine import CancelToken
 from statemachine_agent.machine.result import RunResult
 from statemachine_agent.models.base import JSON
 from statemachine_agent.policy.approval import Decision
+from statemachine_agent.stream.events import StreamEvent
+from statemachine_agent.stream.run import iter_sync
 
 
 class ConversationEndedError(RuntimeError):
@@ -66,14 +68,53 @@ class Conversation:
     ) -> RunResult:
         """Run one turn: the machine once, over the shared history; `deps` and `metadata`
         are the turn's run's (see `Agent.arun`)."""
-        if self.ended:
-            raise ConversationEndedError("the conversation was ended with end_chat")
-        if self.results and self.results[-1].end_state == "awaiting_approval":
-            raise ValueError("the last turn waits for approval: call resume(decisions) first")
+        self._check_open()
         result = await self.agent.arun(
             text, history=self.history, cancel=cancel, deps=deps, metadata=metadata
         )
         return self._keep(result)
+
+    async def astream(
+        self,
+        text: str,
+        *,
+        cancel: CancelToken | None = None,
+        deps: Any = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> AsyncIterator[StreamEvent]:
+        """Run one turn, handing out its events as `Agent.astream` does; the turn is kept
+        (in `results` and the history) when its run ends, even if the stream is left early."""
+        self._check_open()
+        stream = self.agent.astream(
+            text, history=self.history, cancel=cancel, deps=deps, metadata=metadata
+        )
+        try:
+            async for event in stream:
+                yield event
+        finally:
+            await stream.aclose()
+            if stream.result is not None:
+                self._keep(stream.result)
+
+    def stream(
+        self,
+        text: str,
+        *,
+        cancel: CancelToken | None = None,
+        deps: Any = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Iterator[StreamEvent]:
+        """`astream` for synchronous code."""
+        token = cancel or CancelToken()
+        return iter_sync(
+            lambda: self.astream(text, cancel=token, deps=deps, metadata=metadata), token
+        )
+
+    def _check_open(self) -> None:
+        if self.ended:
+            raise ConversationEndedError("the conversation was ended with end_chat")
+        if self.results and self.results[-1].end_state == "awaiting_approval":
+            raise ValueError("the last turn waits for approval: call resume(decisions) first")
 
     async def aresume(self, decisions: Mapping[str, Decision], *, deps: Any = None) -> RunResult:
         """Finish a turn that paused for approval (the agent needs a checkpointer)."""

@@ -173,9 +173,10 @@ async def failed(ctx: PhaseContext) -> Ending:
 
 
 async def cancelled(ctx: PhaseContext) -> Ending:
-    """Everything done so far is kept in the result's messages."""
+    """Everything done so far is kept in the result's messages; a reply cut while it
+    streamed gives the text it had written."""
     return Ending(
-        _last_text(ctx),
+        ctx.state.notes.get("partial_text") or _last_text(ctx),
         f"cancelled by the host after {ctx.state.iteration} iterations",
     )
 

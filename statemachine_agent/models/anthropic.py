@@ -6,18 +6,31 @@ adapter only shapes the request and turns what comes back (or what failed) into
 the engine's own records (`sdk_args` picks the SDK surface and keywords). Replies
 are read as raw JSON so that blocks the SDK does not model yet reach the history
 verbatim.
+
+A call is streamed (`client.messages.stream`) when the model is built with
+`stream=True`, when someone listens to the run's deltas (`Agent.astream`), or when
+`max_tokens` is so large that the SDK refuses a non-streamed call (it could run
+past ten minutes). The reply the stream assembles is the one a non-streamed call
+returns. A stream that dies after it started (an `error` event such as
+`overloaded_error`, a dropped connection) is made again, as the SDK retries a
+failed request (`max_retries` times, with backoff), and then fails as it would.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
+import time
+from collections.abc import Mapping
 from typing import Any, cast
 
 import anthropic
+import httpx2
 
 from statemachine_agent.models.base import DEFAULT_MODEL, ModelError, ModelReply, ModelRequest
 from statemachine_agent.models.loop_clients import LoopClients
 from statemachine_agent.models.sdk_args import sdk_arguments
+from statemachine_agent.models.streaming import ReplyDelta, begin_reply, deliver, listener
 from statemachine_agent.models.waiting import (
     DEFAULT_MAX_RETRY_WAIT,
     RetryWaitExceededError,
@@ -25,6 +38,42 @@ from statemachine_agent.models.waiting import (
 )
 
 RETRYABLE_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
+
+STATUS_OF_ERROR_TYPE: Mapping[str, int] = {
+    "invalid_request_error": 400,
+    "authentication_error": 401,
+    "billing_error": 402,
+    "permission_error": 403,
+    "not_found_error": 404,
+    "request_too_large": 413,
+    "rate_limit_error": 429,
+    "api_error": 500,
+    "timeout_error": 504,
+    "overloaded_error": 529,
+}
+"""The HTTP status each `error.type` stands for: an `error` event in a stream comes
+after status 200 was sent, and is classified as its status would be."""
+
+_INITIAL_RETRY_DELAY = 0.5
+_MAX_RETRY_DELAY = 8.0
+"""The SDK's own backoff, for the streams it cannot retry itself (they died mid-reply)."""
+
+_NONSTREAMING_SECONDS = 600
+_MAX_SECONDS_PER_128K_TOKENS = 3600
+
+
+def needs_streaming(model: str, max_tokens: int) -> bool:
+    """Whether the SDK refuses to make this call without streaming.
+
+    The SDK's rule: a call whose output could take more than ten minutes, at an
+    hour per 128k tokens, must stream, as must one past a model's non-streaming
+    token limit (the SDK's `MODEL_NONSTREAMING_TOKENS`).
+    """
+    from anthropic._constants import MODEL_NONSTREAMING_TOKENS
+
+    expected = _MAX_SECONDS_PER_128K_TOKENS * max_tokens / 128_000
+    limit = MODEL_NONSTREAMING_TOKENS.get(model)
+    return expected > _NONSTREAMING_SECONDS or (limit is not None and max_tokens > limit)
 
 
 class MissingAPIKeyError(ValueError):
@@ -45,10 +94,15 @@ class AnthropicModel:
         max_retry_wait: float = DEFAULT_MAX_RETRY_WAIT,
         client: anthropic.Anthropic | None = None,
         async_client: anthropic.AsyncAnthropic | None = None,
+        stream: bool | None = None,
     ) -> None:
         """`max_retry_wait` caps each wait before a retry (the API's `retry-after`
-        included); a client given as `client=`/`async_client=` keeps its own rules."""
+        included); a client given as `client=`/`async_client=` keeps its own rules.
+        `stream`: True streams every call, False none; None (the default) streams when
+        someone listens to the reply as it is written, or when `max_tokens` needs it."""
         self.name = name
+        self.stream = stream
+        self.max_retries = max_retries
         key = api_key or os.environ.get("ANTHROPIC_API_KEY")
         if client is None and async_client is None and not key:
             raise MissingAPIKeyError(
@@ -87,9 +141,17 @@ class AnthropicModel:
             return self._async_client
         return await self._loop_clients.get()
 
+    def streams(self, request: ModelRequest) -> bool:
+        """Whether this call is streamed (see the module's docstring)."""
+        if self.stream is not None:
+            return self.stream
+        return listener() is not None or needs_streaming(request.model, request.max_tokens)
+
     def complete(self, request: ModelRequest) -> ModelReply:
         beta, kwargs = sdk_arguments(request.to_api())
         messages = cast(Any, self.client.beta.messages if beta else self.client.messages)
+        if self.streams(request):
+            return self._retrying_sync(lambda: _stream_sync(messages, kwargs))
         try:
             raw = messages.with_raw_response.create(**kwargs)
             body = raw.json()
@@ -103,6 +165,14 @@ class AnthropicModel:
         beta, kwargs = sdk_arguments(request.to_api())
         client = await self._async_client_for_loop()
         messages = cast(Any, client.beta.messages if beta else client.messages)
+        if self.streams(request):
+            attempt = 0
+            while True:
+                try:
+                    return await _stream_async(messages, kwargs)
+                except _StreamDiedError as died:
+                    attempt = self._retry_or_raise(died, attempt)
+                await asyncio.sleep(_delay(attempt))
         try:
             raw = await messages.with_raw_response.create(**kwargs)
             body = await raw.json()
@@ -111,6 +181,22 @@ class AnthropicModel:
         except RetryWaitExceededError as exc:
             raise _wait_error(exc) from exc
         return ModelReply.from_api(body, request_id=raw.request_id)
+
+    def _retrying_sync(self, call: Any) -> ModelReply:
+        attempt = 0
+        while True:
+            try:
+                return cast(ModelReply, call())
+            except _StreamDiedError as died:
+                attempt = self._retry_or_raise(died, attempt)
+            time.sleep(_delay(attempt))
+
+    def _retry_or_raise(self, died: _StreamDiedError, attempt: int) -> int:
+        """The next attempt's number after a stream died mid-reply, or its error raised."""
+        if not died.error.retryable or attempt >= self.max_retries:
+            raise died.error from died.__cause__
+        deliver(ReplyDelta("restarted"))
+        return attempt + 1
 
     async def acount_tokens(self, request: ModelRequest) -> int:
         """The API's own count of the request's input tokens."""
@@ -156,17 +242,115 @@ async def _close(client: anthropic.AsyncAnthropic) -> None:
     await client.close()
 
 
+class _StreamDiedError(Exception):
+    """A stream that had started failed before its reply was complete."""
+
+    def __init__(self, error: ModelError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+def _delay(attempt: int) -> float:
+    return float(min(_INITIAL_RETRY_DELAY * 2 ** (attempt - 1), _MAX_RETRY_DELAY))
+
+
+async def _stream_async(messages: Any, kwargs: Mapping[str, Any]) -> ModelReply:
+    """One streamed call: deltas delivered as they come, the SDK's assembled reply returned."""
+    begin_reply()
+    started = False
+    try:
+        async with messages.stream(**kwargs) as stream:
+            started = True
+            ended = False
+            async for event in stream:
+                ended = _forward(event) or ended
+            _check_ended(ended)
+            final = await stream.get_final_message()
+            return _reply_of(final, stream.request_id)
+    except anthropic.AnthropicError as exc:
+        raise _failure(exc, started) from exc
+    except httpx2.TransportError as exc:
+        raise _failure(anthropic.APIConnectionError(request=exc.request), started) from exc
+    except RetryWaitExceededError as exc:
+        raise _wait_error(exc) from exc
+
+
+def _stream_sync(messages: Any, kwargs: Mapping[str, Any]) -> ModelReply:
+    begin_reply()
+    started = False
+    try:
+        with messages.stream(**kwargs) as stream:
+            started = True
+            ended = False
+            for event in stream:
+                ended = _forward(event) or ended
+            _check_ended(ended)
+            return _reply_of(stream.get_final_message(), stream.request_id)
+    except anthropic.AnthropicError as exc:
+        raise _failure(exc, started) from exc
+    except httpx2.TransportError as exc:
+        raise _failure(anthropic.APIConnectionError(request=exc.request), started) from exc
+    except RetryWaitExceededError as exc:
+        raise _wait_error(exc) from exc
+
+
+def _check_ended(ended: bool) -> None:
+    """A stream cut without `message_stop` (the connection closed) holds half a reply."""
+    if not ended:
+        error = ModelError("the stream ended before message_stop (connection closed)",
+                           error_type="APIConnectionError", retryable=True)  # fmt: skip
+        raise _StreamDiedError(error)
+
+
+def _failure(exc: anthropic.AnthropicError, started: bool) -> Exception:
+    """Before the stream started the SDK has retried already; after, it is ours to retry."""
+    error = to_model_error(exc)
+    return _StreamDiedError(error) if started else error
+
+
+def _reply_of(final: Any, request_id: str | None) -> ModelReply:
+    return ModelReply.from_api(final.to_dict(mode="json"), request_id=request_id)
+
+
+def _forward(event: Any) -> bool:
+    """Deliver what an SDK stream event means for a listener; True at `message_stop`."""
+    kind = getattr(event, "type", None)
+    if kind == "message_stop":
+        return True
+    if kind == "content_block_delta":
+        delta = event.delta
+        if delta.type == "text_delta":
+            deliver(ReplyDelta("text", event.index, text=delta.text))
+        elif delta.type == "thinking_delta":
+            deliver(ReplyDelta("thinking", event.index, text=delta.thinking))
+    elif kind == "content_block_start" and event.content_block.type == "tool_use":
+        block = event.content_block
+        deliver(ReplyDelta("tool_use_started", event.index, tool_use_id=block.id, name=block.name))
+    elif kind == "content_block_stop" and event.content_block.type == "tool_use":
+        block = event.content_block
+        deliver(ReplyDelta("tool_use_complete", event.index, tool_use_id=block.id,
+                           name=block.name, input=block.input))  # fmt: skip
+    return False
+
+
 def to_model_error(exc: anthropic.AnthropicError) -> ModelError:
-    """Classify an SDK error: what failed, whether it may pass, whether it is a long prompt."""
+    """Classify an SDK error: what failed, whether it may pass, whether it is a long prompt.
+
+    An `error` event of a stream arrives under status 200; its `error.type` says
+    which status it stands for (`overloaded_error` is a 529).
+    """
     if isinstance(exc, anthropic.APIStatusError):
         message = exc.api_message or str(exc)
+        status = exc.status_code
+        if status == 200:
+            status = STATUS_OF_ERROR_TYPE.get(str(exc.type), 500)
         return ModelError(
             message,
-            status=exc.status_code,
+            status=status,
             request_id=exc.request_id,
             error_type=exc.type or type(exc).__name__,
-            retryable=exc.status_code in RETRYABLE_STATUSES,
-            context_exceeded=exc.status_code in (400, 413) and _is_too_long(message),
+            retryable=status in RETRYABLE_STATUSES,
+            context_exceeded=status in (400, 413) and _is_too_long(message),
         )
     if isinstance(exc, anthropic.APIConnectionError):
         return ModelError(str(exc), error_type=type(exc).__name__, retryable=True)

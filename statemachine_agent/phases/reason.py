@@ -13,6 +13,7 @@ from statemachine_agent.machine.calls import call_model
 from statemachine_agent.machine.context import PhaseContext
 from statemachine_agent.machine.run import RunError
 from statemachine_agent.models.base import JSON, ModelError, ModelReply
+from statemachine_agent.models.streaming import partial_text
 from statemachine_agent.phases.perceive import build_request
 from statemachine_agent.tools.base import ToolCall
 
@@ -21,14 +22,24 @@ class Reason:
     """Calls the model once; names `replied` or `model_failed`."""
 
     def interrupted(self, ctx: PhaseContext) -> Literal["model_failed"]:
-        """A cancel abandoned the call in flight: its reply would be discarded anyway."""
+        """A cancel abandoned the call in flight: its reply would be discarded anyway.
+
+        The text it had streamed (to someone watching the run) is kept for the
+        result and the audit trail: it is what that person last saw.
+        """
         ctx.state.error = RunError(
             kind="Cancelled", message="the model call was cancelled by the host"
         )
+        partial = partial_text()
+        if partial:
+            ctx.state.notes["partial_text"] = partial
+            ctx.emitter.emit("model.interrupted", iteration=ctx.state.iteration + 1,
+                             partial_text=partial)  # fmt: skip
         return "model_failed"
 
     async def run(self, ctx: PhaseContext) -> Literal["replied", "model_failed"]:
         run = ctx.state
+        run.notes.pop("partial_text", None)  # a new call: an older cut reply is history
         request = ctx.request or build_request(ctx)
         try:
             reply = await call_model(ctx, request, fallbacks=True)

@@ -41,6 +41,7 @@ from statemachine_agent.testing.server import (
     ERROR_TYPES,
     FakeAnthropicServer,
     FakeError,
+    PausedStream,
     ScriptItem,
 )
 from statemachine_agent.testing.validator import (
@@ -61,6 +62,7 @@ __all__ = [
     "FakeError",
     "GoldenFileError",
     "InvalidRequestError",
+    "PausedStream",
     "ScriptItem",
     "TransitionCoverage",
     "assert_end_state",

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
+import socket
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias, cast
@@ -26,7 +29,7 @@ from statemachine_agent.testing.validator import (
 if TYPE_CHECKING:
     from statemachine_agent.models.anthropic import AnthropicModel
 
-__all__ = ["ERROR_TYPES", "FakeAnthropicServer", "FakeError", "ScriptItem"]
+__all__ = ["ERROR_TYPES", "FakeAnthropicServer", "FakeError", "PausedStream", "ScriptItem"]
 
 JSON = dict[str, Any]
 
@@ -63,13 +66,40 @@ class FakeError:
     message: str = "Scripted error from FakeAnthropicServer."
     error_type: str | None = None
     headers: Mapping[str, str] | None = None
+    partial: JSON | None = None
+    """For a streamed request: the error comes mid-stream, after the first `after_events`
+    events of this reply (status 200 is already sent, so the API sends an `error`
+    event; a non-streamed request gets the error as usual)."""
+    after_events: int = 0
+    reset: bool = False
+    """Mid-stream, drop the connection instead of sending an `error` event."""
 
     @property
     def type(self) -> str:
         return self.error_type or _default_error_type(self.status)
 
+    @classmethod
+    def mid_stream(
+        cls, partial: JSON, *, after_events: int, status: int = 529, reset: bool = False
+    ) -> FakeError:
+        """An error (`overloaded_error` by default) or a dropped connection in the middle
+        of streaming `partial`."""
+        return cls(status, "Overloaded" if status == 529 else "Scripted mid-stream error",
+                   partial=partial, after_events=after_events, reset=reset)  # fmt: skip
 
-ScriptItem: TypeAlias = JSON | FakeError | Callable[[JSON], JSON | FakeError]
+
+@dataclass(frozen=True)
+class PausedStream:
+    """A streamed reply that stops after `after_events` events until `resume` is set (or
+    `timeout` seconds pass), then goes on: a reply being written, for cancel tests."""
+
+    reply: JSON
+    after_events: int
+    resume: threading.Event
+    timeout: float = 30.0
+
+
+ScriptItem: TypeAlias = JSON | FakeError | PausedStream | Callable[[JSON], JSON | FakeError]
 """One scripted answer: a response body, an error, or a function of the request body."""
 
 _MESSAGES = "/v1/messages"
@@ -89,7 +119,8 @@ class FakeAnthropicServer(ScriptedServer[FakeError]):
     error_type = FakeError
 
     def __init__(self, responses: Iterable[ScriptItem] = (), *, validate: bool = True) -> None:
-        super().__init__(responses, validate=validate, handler=_Handler)
+        # A `PausedStream` passes through the base as a record only our handler reads.
+        super().__init__(cast(Any, responses), validate=validate, handler=_Handler)
         self.count_tokens_requests: list[JSON] = []
 
     def problems(self, body: JSON) -> list[str]:
@@ -160,7 +191,11 @@ class _Handler(ScriptedHandler):
             self._json(200, {"input_tokens": max(1, len(raw) // 4)}, request_id)
             return
         answer = owner._answer(body, headers)
-        if isinstance(answer, FakeError):
+        if isinstance(answer, PausedStream):
+            self._stream(answer.reply, request_id, pause=answer)
+        elif isinstance(answer, FakeError) and answer.partial is not None and body.get("stream"):
+            self._stream(answer.partial, request_id, cut=answer)
+        elif isinstance(answer, FakeError):
             self._error(request_id, answer)
         elif body.get("stream") is True:
             self._stream(answer, request_id)
@@ -205,8 +240,15 @@ class _Handler(ScriptedHandler):
         with contextlib.suppress(ConnectionError):
             self.wfile.write(payload)
 
-    def _stream(self, reply: Mapping[str, Any], request_id: str) -> None:
-        """Send a scripted reply as the server-sent events the streaming API emits."""
+    def _stream(
+        self,
+        reply: Mapping[str, Any],
+        request_id: str,
+        cut: FakeError | None = None,
+        pause: PausedStream | None = None,
+    ) -> None:
+        """Send a scripted reply as the server-sent events the streaming API emits; with
+        `cut`, stop after `cut.after_events` events with an `error` event or a reset."""
         self.send_response(200)
         self.send_header("content-type", "text/event-stream")
         self.send_header("cache-control", "no-cache")
@@ -214,11 +256,20 @@ class _Handler(ScriptedHandler):
         self.send_header("connection", "close")
         self.close_connection = True
         self.end_headers()
+        events = list(_stream_events(reply))
+        if cut is not None:
+            events = events[: cut.after_events]
+            if not cut.reset:
+                events.append(error_body(cut.type, cut.message, request_id))
         with contextlib.suppress(ConnectionError):
-            for event in _stream_events(reply):
+            for sent, event in enumerate(events):
+                if pause is not None and sent == pause.after_events:
+                    pause.resume.wait(pause.timeout)
                 data = json.dumps(event)
                 self.wfile.write(f"event: {event['type']}\ndata: {data}\n\n".encode())
-            self.wfile.flush()
+                self.wfile.flush()
+            if cut is not None and cut.reset:
+                self.connection.shutdown(socket.SHUT_RDWR)
 
 
 def _stream_events(reply: Mapping[str, Any]) -> Iterator[JSON]:
@@ -233,18 +284,22 @@ def _stream_events(reply: Mapping[str, Any]) -> Iterator[JSON]:
     }
     start.pop("stop_details", None)
     yield {"type": "message_start", "message": start}
+    yield {"type": "ping"}
     for index, block in enumerate(reply.get("content") or ()):
         kind = block.get("type")
         if kind == "text":
             yield _block_start(index, {**block, "text": ""})
-            yield _delta(index, {"type": "text_delta", "text": block.get("text", "")})
+            for piece in _pieces(str(block.get("text", ""))):
+                yield _delta(index, {"type": "text_delta", "text": piece})
         elif kind == "tool_use":
             yield _block_start(index, {**block, "input": {}})
             partial = json.dumps(block.get("input") or {})
-            yield _delta(index, {"type": "input_json_delta", "partial_json": partial})
+            for piece in (partial[: len(partial) // 2], partial[len(partial) // 2 :]):
+                yield _delta(index, {"type": "input_json_delta", "partial_json": piece})
         elif kind == "thinking":
             yield _block_start(index, {**block, "thinking": "", "signature": ""})
-            yield _delta(index, {"type": "thinking_delta", "thinking": block.get("thinking", "")})
+            for piece in _pieces(str(block.get("thinking", ""))):
+                yield _delta(index, {"type": "thinking_delta", "thinking": piece})
             signature = block.get("signature", "")
             yield _delta(index, {"type": "signature_delta", "signature": signature})
         else:
@@ -260,6 +315,11 @@ def _stream_events(reply: Mapping[str, Any]) -> Iterator[JSON]:
         "usage": {"output_tokens": int(usage.get("output_tokens") or 0)},
     }
     yield {"type": "message_stop"}
+
+
+def _pieces(text: str) -> list[str]:
+    """The text in word-sized deltas, as the API streams it (at least one, maybe empty)."""
+    return re.findall(r"\S*\s*", text)[:-1] or [text]
 
 
 def _block_start(index: int, block: JSON) -> JSON:

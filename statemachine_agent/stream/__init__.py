@@ -1,0 +1,1 @@
+"""Streaming a run: its events as they happen (`Agent.astream`, `Agent.stream`)."""

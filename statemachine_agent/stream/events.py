@@ -1,0 +1,153 @@
+"""The events of a streamed run: typed, frozen, and each with a documented JSON form.
+
+They are observations, never control: the reply's pieces as the model writes
+them (from the model adapter's `ReplyDelta`s), and the run's own audit events
+(tool results, transitions) as the emitter emits them. The JSON forms are in
+docs/events.md; `to_json()` gives them, ready for Server-Sent Events.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from statemachine_agent.machine.result import RunResult
+from statemachine_agent.persistence.codec import to_plain
+
+EventType = Literal[
+    "text_delta",
+    "thinking_delta",
+    "tool_call_started",
+    "tool_input_complete",
+    "reply_restarted",
+    "tool_result",
+    "transition",
+    "run_ended",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class TextDelta:
+    """Text the model added to its reply (block `index` of the reply of call `iteration`)."""
+
+    run_id: str
+    iteration: int
+    index: int
+    text: str
+    type: Literal["text_delta"] = field(default="text_delta", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ThinkingDelta:
+    """Thinking the model added (a `thinking` block)."""
+
+    run_id: str
+    iteration: int
+    index: int
+    text: str
+    type: Literal["thinking_delta"] = field(default="thinking_delta", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallStarted:
+    """The model began a call of tool `name`; its input follows."""
+
+    run_id: str
+    iteration: int
+    tool_use_id: str
+    name: str
+    type: Literal["tool_call_started"] = field(default="tool_call_started", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolInputComplete:
+    """The call's input is complete (it runs once the reply is, if it may)."""
+
+    run_id: str
+    iteration: int
+    tool_use_id: str
+    name: str
+    input: Any
+    type: Literal["tool_input_complete"] = field(default="tool_input_complete", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyRestarted:
+    """The reply's stream died and the call is made again: drop what it streamed so far."""
+
+    run_id: str
+    iteration: int
+    type: Literal["reply_restarted"] = field(default="reply_restarted", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    """A tool call was answered (ran, failed, refused or denied), as the model will read it."""
+
+    run_id: str
+    iteration: int
+    tool_use_id: str
+    name: str
+    content: str
+    is_error: bool
+    error_kind: str | None = None
+    type: Literal["tool_result"] = field(default="tool_result", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """The machine fired a row: from `source` on `trigger` to `dest`, with each guard's verdict."""
+
+    run_id: str
+    seq: int
+    source: str
+    trigger: str
+    dest: str
+    guards: dict[str, bool]
+    iteration: int
+    type: Literal["transition"] = field(default="transition", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class RunEnded:
+    """The last event: the run's result."""
+
+    run_id: str
+    result: RunResult
+    type: Literal["run_ended"] = field(default="run_ended", init=False)
+
+
+StreamEvent = (
+    TextDelta
+    | ThinkingDelta
+    | ToolCallStarted
+    | ToolInputComplete
+    | ReplyRestarted
+    | ToolResult
+    | Transition
+    | RunEnded
+)
+
+
+def to_json(event: StreamEvent) -> dict[str, Any]:
+    """The event's JSON form (docs/events.md): its fields, `type` first; a `run_ended`
+    event carries the result without its messages and trail (they are in the audit)."""
+    if isinstance(event, RunEnded):
+        result = event.result
+        return {
+            "type": event.type,
+            "run_id": event.run_id,
+            "end_state": result.end_state,
+            "reason": result.reason,
+            "text": result.text,
+            "ok": result.ok,
+            "data": to_plain(result.data, "data"),
+            "details": to_plain(result.details, "details"),
+            "iterations": result.iterations,
+            "usage": result.usage.to_dict(),
+            "cost_usd": result.cost_usd,
+        }
+    fields = {f.name: getattr(event, f.name) for f in dataclasses.fields(event)}
+    body = {"type": fields.pop("type"), **fields}
+    return {key: to_plain(value, key) for key, value in body.items()}

@@ -1,0 +1,199 @@
+"""Run a run and hand out its events as they happen: `RunStream` (async) and `iter_sync`.
+
+The run is the ordinary run (`Agent._drive`), its table unchanged; the stream
+only listens, in two places: the model adapter's deltas (a `listening` context
+around the run's task) and the run's audit events (`StreamTap` is one more audit
+sink). Leaving the stream early cancels the run through its `CancelToken`, so it
+ends in `cancelled` by the table's rows, with what it had streamed kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
+from types import TracebackType
+from typing import Any, Self, cast
+
+from statemachine_agent.machine.engine import CancelToken
+from statemachine_agent.machine.result import RunResult
+from statemachine_agent.models.streaming import ReplyDelta, listening
+from statemachine_agent.stream.events import (
+    ReplyRestarted,
+    RunEnded,
+    StreamEvent,
+    TextDelta,
+    ThinkingDelta,
+    ToolCallStarted,
+    ToolInputComplete,
+    ToolResult,
+    Transition,
+)
+
+Start = Callable[["StreamTap", CancelToken], Coroutine[Any, Any, RunResult]]
+"""Drives the run with the tap as an extra audit sink and the token as its cancel."""
+
+
+class StreamTap:
+    """An audit sink and a reply listener in one: turns both into stream events.
+
+    It never raises (a raising sink would end the run in `failed`): it only
+    builds a frozen event and hands it to `put`.
+    """
+
+    def __init__(self, run_id: str, put: Callable[[StreamEvent], None]) -> None:
+        self.run_id = run_id
+        self._put = put
+        self.iteration = 0
+        """The number of the loop's model call in flight (or the last one)."""
+
+    def write(self, record: Mapping[str, Any]) -> None:
+        event = record.get("event")
+        if event == "model.requested" and "purpose" not in record:
+            self.iteration = int(record.get("iteration") or 0)
+        elif event == "transition.fired":
+            self._put(Transition(self.run_id, int(record["seq"]), str(record["source"]),
+                                 str(record["trigger"]), str(record["dest"]),
+                                 dict(record.get("guards") or {}),
+                                 int(record.get("iteration") or 0)))  # fmt: skip
+        elif event in ("tool.finished", "tool.failed"):
+            self._put(ToolResult(self.run_id, int(record.get("iteration") or 0),
+                                 str(record["tool_use_id"]), str(record["tool"]),
+                                 str(record.get("content", "")), event == "tool.failed",
+                                 record.get("error_kind")))  # fmt: skip
+
+    def close(self) -> None:
+        """Nothing to close: the stream ends with the run."""
+
+    def on_delta(self, delta: ReplyDelta) -> None:
+        run, step = self.run_id, self.iteration
+        if delta.kind == "text":
+            self._put(TextDelta(run, step, delta.index, delta.text))
+        elif delta.kind == "thinking":
+            self._put(ThinkingDelta(run, step, delta.index, delta.text))
+        elif delta.kind == "tool_use_started":
+            self._put(ToolCallStarted(run, step, delta.tool_use_id, delta.name))
+        elif delta.kind == "tool_use_complete":
+            self._put(ToolInputComplete(run, step, delta.tool_use_id, delta.name, delta.input))
+        else:
+            self._put(ReplyRestarted(run, step))
+
+
+_DONE = object()
+
+
+class RunStream:
+    """`agent.astream(...)`: an async iterator of a run's events, `RunEnded` last.
+
+    The run starts at the first `__anext__`. Leaving early (`break`, an exception,
+    `aclose()`, leaving `async with`) cancels it: it ends in `cancelled`, the text
+    streamed so far kept in its result and audit trail; `aclose()` waits for that
+    end and `result` then holds it.
+    """
+
+    def __init__(self, run_id: str, start: Start, cancel: CancelToken) -> None:
+        self.run_id = run_id
+        self._start = start
+        self._token = cancel
+        self._queue: asyncio.Queue[Any] = asyncio.Queue()
+        self._task: asyncio.Task[RunResult] | None = None
+        self._ended = False
+        self.result: RunResult | None = None
+        """The run's result, once it ended."""
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> StreamEvent:
+        if self._ended:
+            raise StopAsyncIteration
+        if self._task is None:
+            self._task = asyncio.ensure_future(self._run())
+        item = await self._queue.get()
+        if item is not _DONE:
+            return item  # type: ignore[no-any-return]
+        self._ended = True
+        self.result = await self._task
+        return RunEnded(self.run_id, self.result)
+
+    async def _run(self) -> RunResult:
+        tap = StreamTap(self.run_id, self._queue.put_nowait)
+        try:
+            with listening(tap.on_delta):
+                return await self._start(tap, self._token)
+        finally:
+            self._queue.put_nowait(_DONE)
+
+    async def aclose(self) -> None:
+        """Stop listening; a run still going is cancelled, and its end awaited."""
+        self._ended = True
+        if self._task is None:
+            return
+        if not self._task.done():
+            self._token.cancel()
+        self.result = await self._task
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    def __del__(self) -> None:
+        """Dropped mid-run (a `break` without `aclose`): the run is cancelled all the same."""
+        task = self._task
+        if task is not None and not task.done():
+            self._token.cancel()
+
+
+def iter_sync(
+    make: Callable[[], AsyncIterator[StreamEvent]], cancel: CancelToken
+) -> Iterator[StreamEvent]:
+    """`agent.stream(...)`: the events of a run driven on a worker thread's event loop.
+
+    `make` builds the async stream, whose run `cancel` cancels. Leaving the loop
+    early (`break`, closing the generator) cancels the run and waits for its end,
+    so no run outlives its stream.
+    """
+    events: queue.Queue[Any] = queue.Queue()
+    stop = threading.Event()
+
+    async def pump() -> None:
+        stream = make()
+        try:
+            async for event in stream:
+                events.put(event)
+                if stop.is_set():
+                    break
+        finally:
+            await cast(Any, stream).aclose()
+            events.put(_DONE)
+
+    def work() -> None:
+        try:
+            asyncio.run(pump())
+        except BaseException as exc:  # handed to the consumer, not lost in the thread
+            events.put(exc)
+            events.put(_DONE)
+
+    thread = threading.Thread(target=work, name="statemachine-agent-stream", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = events.get()
+            if item is _DONE:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        if thread.is_alive():
+            stop.set()
+            cancel.cancel()
+            thread.join()

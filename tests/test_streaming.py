@@ -1,0 +1,358 @@
+"""Streaming: the real `anthropic` SDK's `messages.stream` against the local server's
+Server-Sent Events, `Agent.astream`/`stream` events, cancelling while a reply is
+written, and streams that die mid-reply.
+
+The server validates a streamed request as strictly as any other, and streams
+the scripted reply as the API does (ping, word-sized deltas, tool input in
+pieces); a green test means the SDK assembled exactly the reply scripted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import anthropic
+import pytest
+
+from statemachine_agent import (
+    Agent,
+    AnthropicModel,
+    CancelToken,
+    Conversation,
+    MemoryCheckpointer,
+    MemorySink,
+    calculate,
+    load_record,
+)
+from statemachine_agent.audit.config import Audit
+from statemachine_agent.models.anthropic import needs_streaming
+from statemachine_agent.models.base import ModelRequest
+from statemachine_agent.stream.events import (
+    ReplyRestarted,
+    RunEnded,
+    StreamEvent,
+    TextDelta,
+    ThinkingDelta,
+    ToolCallStarted,
+    ToolInputComplete,
+    ToolResult,
+    Transition,
+    to_json,
+)
+from statemachine_agent.testing import FakeAnthropicServer, FakeError, PausedStream, replies
+
+API_KEY = "sk-ant-api03-TESTSECRET-abcdefghijklmnop"
+CACHED = {
+    "input_tokens": 12,
+    "output_tokens": 30,
+    "cache_read_input_tokens": 100,
+    "cache_creation_input_tokens": 50,
+    "cache_creation": {"ephemeral_5m_input_tokens": 20, "ephemeral_1h_input_tokens": 30},
+}
+
+
+@pytest.fixture
+def server() -> Iterator[FakeAnthropicServer]:
+    with FakeAnthropicServer() as fake:
+        yield fake
+
+
+def model_for(server: FakeAnthropicServer, **kwargs: Any) -> AnthropicModel:
+    return AnthropicModel(api_key=API_KEY, base_url=server.base_url, **kwargs)
+
+
+def rich_reply() -> dict[str, Any]:
+    """Thinking, text and a tool call, with cache usage: every part a stream assembles."""
+    return replies.reply(
+        replies.thinking_block("First, the sum."),
+        replies.text_block("Let me compute that for you."),
+        replies.tool_use_block("calculate", {"expression": "6*7"}),
+        stop_reason="tool_use",
+        usage=CACHED,
+    )
+
+
+def request() -> ModelRequest:
+    return ModelRequest(model="claude-sonnet-5", max_tokens=256,
+                        messages=[{"role": "user", "content": "6*7?"}])  # fmt: skip
+
+
+def collect(agent: Agent, prompt: str, **kwargs: Any) -> list[StreamEvent]:
+    async def main() -> list[StreamEvent]:
+        return [event async for event in agent.astream(prompt, **kwargs)]
+
+    return asyncio.run(main())
+
+
+class TestSameReplyEitherWay:
+    def test_streamed_reply_equals_the_plain_one(self, server: FakeAnthropicServer) -> None:
+        """Content blocks, stop reason and usage (cache reads and both write lifetimes)
+        are the same whether the call streamed or not."""
+        body = rich_reply()
+        server.add(body, body)
+        plain = asyncio.run(model_for(server, stream=False).acomplete(request()))
+        streamed = asyncio.run(model_for(server, stream=True).acomplete(request()))
+        assert server.requests[1]["stream"] is True
+        assert "stream" not in server.requests[0]
+        assert server.invalid_requests == []
+        assert streamed.content == plain.content
+        assert (streamed.stop_reason, streamed.usage, streamed.model, streamed.id) == (
+            plain.stop_reason, plain.usage, plain.model, plain.id,
+        )  # fmt: skip
+        assert streamed.usage.cache_write_1h_tokens == 30
+        assert streamed.request_id == "req_2"
+
+    def test_sync_client_streams_too(self, server: FakeAnthropicServer) -> None:
+        """`complete` (the sync client) streams by the same rule and assembles the same reply."""
+        body = rich_reply()
+        server.add(body, body)
+        plain = model_for(server, stream=False).complete(request())
+        streamed = model_for(server, stream=True).complete(request())
+        assert streamed.content == plain.content
+        assert streamed.usage == plain.usage
+
+    def test_a_whole_run_keeps_the_same_history(self, server: FakeAnthropicServer) -> None:
+        """A run streamed to a listener and one not streamed end with equal histories."""
+        first, last = rich_reply(), replies.text("It is 42.", usage=CACHED)
+        server.add(first, last, first, last)
+        plain = Agent(model_for(server), tools=[calculate]).run("6*7?")
+        events = collect(Agent(model_for(server), tools=[calculate]), "6*7?")
+        streamed = events[-1]
+        assert isinstance(streamed, RunEnded)
+        assert streamed.result.messages == plain.messages
+        assert streamed.result.usage == plain.usage
+        assert [r.get("stream") for r in server.requests] == [None, None, True, True]
+
+
+class TestWhenToStream:
+    def test_the_sdks_own_limit(self, server: FakeAnthropicServer) -> None:
+        """`needs_streaming` draws the line where the SDK refuses a non-streamed call."""
+        limit = next(n for n in range(20_000, 30_000) if needs_streaming("claude-sonnet-5", n))
+        client = anthropic.Anthropic(api_key=API_KEY, base_url=server.base_url)
+        server.add(replies.text("ok"))
+        body = {"model": "claude-sonnet-5", "messages": [{"role": "user", "content": "hi"}]}
+        client.messages.create(max_tokens=limit - 1, **body)  # type: ignore[call-overload]
+        with pytest.raises(ValueError, match="Streaming is required"):
+            client.messages.create(max_tokens=limit, **body)  # type: ignore[call-overload]
+        assert needs_streaming("claude-opus-4-0", 8_193)
+
+    def test_large_max_tokens_streams_by_default(self, server: FakeAnthropicServer) -> None:
+        """A run whose max_tokens could outlast a non-streamed call streams on its own."""
+        server.add(replies.text("small"), replies.text("large"))
+        assert Agent(model_for(server), max_tokens=1024).run("hi").text == "small"
+        assert Agent(model_for(server), max_tokens=64_000).run("hi").text == "large"
+        assert [r.get("stream") for r in server.requests] == [None, True]
+        assert server.invalid_requests == []
+
+
+class TestStreamEvents:
+    def test_a_run_with_a_tool(self, server: FakeAnthropicServer) -> None:
+        """Deltas, tool call started and complete, its result, every transition and the
+        result come in order, and the deltas add up to the reply."""
+        server.add(rich_reply(), replies.text("It is 42."))
+        events = collect(Agent(model_for(server), tools=[calculate]), "6*7?")
+        kinds = [type(e) for e in events]
+        assert kinds[-1] is RunEnded
+        result = events[-1].result  # type: ignore[union-attr]
+        assert result.end_state == "completed"
+        thinking = "".join(e.text for e in events if isinstance(e, ThinkingDelta))
+        assert thinking == "First, the sum."
+        texts = [e for e in events if isinstance(e, TextDelta)]
+        assert len(texts) > 2  # word by word, as the API streams
+        assert "".join(e.text for e in texts if e.iteration == 1) == "Let me compute that for you."
+        assert "".join(e.text for e in texts if e.iteration == 2) == "It is 42."
+        started = next(e for e in events if isinstance(e, ToolCallStarted))
+        complete = next(e for e in events if isinstance(e, ToolInputComplete))
+        answered = next(e for e in events if isinstance(e, ToolResult))
+        assert (started.name, complete.input) == ("calculate", {"expression": "6*7"})
+        assert started.tool_use_id == complete.tool_use_id == answered.tool_use_id
+        assert (answered.content, answered.is_error) == ("42", False)
+        assert (
+            kinds.index(ToolCallStarted) < kinds.index(ToolInputComplete) < kinds.index(ToolResult)
+        )
+        transitions = [e for e in events if isinstance(e, Transition)]
+        assert [(t.source, t.trigger, t.dest, t.guards) for t in transitions] == [
+            (t.source, t.trigger, t.dest, t.guards) for t in result.trail
+        ]
+
+    def test_json_forms(self, server: FakeAnthropicServer) -> None:
+        """Every event has a JSON form, `type` first, that `json.dumps` takes as it is."""
+        server.add(rich_reply(), replies.text("It is 42."))
+        events = collect(Agent(model_for(server), tools=[calculate]), "6*7?")
+        forms = [to_json(e) for e in events]
+        assert all(next(iter(form)) == "type" for form in forms)
+        assert {f["type"] for f in forms} >= {
+            "text_delta", "thinking_delta", "tool_call_started", "tool_input_complete",
+            "tool_result", "transition", "run_ended",
+        }  # fmt: skip
+        json.dumps(forms)
+        ended = forms[-1]
+        assert (ended["end_state"], ended["text"], ended["ok"]) == ("completed", "It is 42.", True)
+
+    def test_sync_stream(self, server: FakeAnthropicServer) -> None:
+        """`agent.stream` gives the same events to synchronous code."""
+        server.add(replies.text("Hello there, friend."))
+        events = list(Agent(model_for(server)).stream("hi"))
+        assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "Hello there, friend."
+        assert isinstance(events[-1], RunEnded)
+
+    def test_conversation_streams_a_turn(self, server: FakeAnthropicServer) -> None:
+        """A conversation's streamed turn is kept like a sent one."""
+        server.add(replies.text("Hi Aya."), replies.text("Still here."))
+        chat = Conversation(Agent(model_for(server)))
+
+        async def turn(text: str) -> list[StreamEvent]:
+            return [event async for event in chat.astream(text)]
+
+        first = asyncio.run(turn("Hello, I am Aya."))
+        assert isinstance(first[-1], RunEnded)
+        second = list(chat.stream("Are you there?"))
+        assert "".join(e.text for e in second if isinstance(e, TextDelta)) == "Still here."
+        assert chat.turns == 2
+        assert [m["role"] for m in chat.history] == ["user", "assistant", "user", "assistant"]
+        assert server.requests[1]["messages"][1]["content"][0]["text"] == "Hi Aya."
+
+
+class TestCancelWhileStreaming:
+    def paused(self, server: FakeAnthropicServer) -> threading.Event:
+        """The reply stops after a few words, as if the model were still writing."""
+        resume = threading.Event()
+        body = replies.text("The answer is forty two, and here is why.")
+        server.add(PausedStream(body, after_events=6, resume=resume))
+        return resume
+
+    def test_breaking_out_cancels_and_keeps_the_partial_text(
+        self, server: FakeAnthropicServer
+    ) -> None:
+        """Leaving the stream mid-reply ends the run in `cancelled`, with the text streamed
+        so far as its result and in its audit trail."""
+        resume = self.paused(server)
+        sink = MemorySink()
+        agent = Agent(model_for(server), audit=Audit(sinks=[sink]))
+
+        async def main() -> Any:
+            seen = ""
+            async with agent.astream("Why?") as stream:
+                async for event in stream:
+                    if isinstance(event, TextDelta):
+                        seen += event.text
+                        if seen.count(" ") >= 2:
+                            break
+            return seen, stream.result
+
+        try:
+            seen, result = asyncio.run(main())
+        finally:
+            resume.set()
+        assert result.end_state == "cancelled"
+        assert seen == "The answer "
+        # what the model had streamed when the cancel landed: at least what was read
+        assert result.text.startswith(seen)
+        assert "The answer is ".startswith(result.text)
+        cut = [e for e in sink.events if e["event"] == "model.interrupted"]
+        assert [e["partial_text"] for e in cut] == [result.text]
+        assert sink.events[-1]["event"] == "run.ended"
+        assert sink.events[-1]["text"] == result.text
+
+    def test_cancel_token_while_streaming(self, server: FakeAnthropicServer) -> None:
+        """`CancelToken.cancel()` mid-reply ends the stream with a cancelled `RunEnded`."""
+        resume = self.paused(server)
+        token = CancelToken()
+
+        async def main() -> list[StreamEvent]:
+            events: list[StreamEvent] = []
+            async for event in Agent(model_for(server)).astream("Why?", cancel=token):
+                events.append(event)
+                if isinstance(event, TextDelta):
+                    token.cancel()
+            return events
+
+        try:
+            events = asyncio.run(main())
+        finally:
+            resume.set()
+        ended = events[-1]
+        assert isinstance(ended, RunEnded)
+        assert ended.result.end_state == "cancelled"
+        assert ended.result.text.startswith("The ")
+        assert [t.dest for t in events if isinstance(t, Transition)][-1] == "cancelled"
+
+    def test_deadline_while_streaming(self, server: FakeAnthropicServer) -> None:
+        """A deadline that passes mid-reply cancels the run the same way."""
+        resume = self.paused(server)
+        try:
+            events = collect(Agent(model_for(server)), "Why?", deadline=0.5)
+        finally:
+            resume.set()
+        ended = events[-1]
+        assert isinstance(ended, RunEnded)
+        assert ended.result.end_state == "cancelled"
+        assert ended.result.text == "".join(e.text for e in events if isinstance(e, TextDelta))
+
+    def test_breaking_out_of_the_sync_stream(self, server: FakeAnthropicServer) -> None:
+        """Leaving `agent.stream` early cancels the run before the generator is gone."""
+        resume = self.paused(server)
+        store = MemoryCheckpointer()
+        agent = Agent(model_for(server), checkpointer=store)
+        try:
+            events = agent.stream("Why?", run_id="run_sync_break")
+            for event in events:
+                if isinstance(event, TextDelta):
+                    break
+            events.close()  # type: ignore[attr-defined]
+        finally:
+            resume.set()
+        assert load_record(store, "run_sync_break").state == "cancelled"
+
+
+class TestStreamsThatDie:
+    def test_overloaded_mid_stream_is_retried(self, server: FakeAnthropicServer) -> None:
+        """An `overloaded_error` event mid-reply: the call is made again, the listener told
+        to drop what it had, and the run completes with the whole reply."""
+        body = replies.text("All good in the end.")
+        server.add(FakeError.mid_stream(body, after_events=4), body)
+        events = collect(Agent(model_for(server)), "hi")
+        kinds = [type(e) for e in events]
+        restarted = kinds.index(ReplyRestarted)
+        after = "".join(e.text for e in events[restarted:] if isinstance(e, TextDelta))
+        assert after == "All good in the end."
+        assert events[-1].result.text == "All good in the end."  # type: ignore[union-attr]
+        assert len(server.requests) == 2
+
+    def test_reset_connection_mid_stream_is_retried(self, server: FakeAnthropicServer) -> None:
+        """A connection dropped mid-reply (no `message_stop`) is not taken for a reply."""
+        body = replies.text("Recovered.")
+        server.add(FakeError.mid_stream(body, after_events=4, reset=True), body)
+        result = Agent(model_for(server, stream=True)).run("hi")
+        assert (result.end_state, result.text) == ("completed", "Recovered.")
+
+    def test_retries_run_out_then_failed(self, server: FakeAnthropicServer) -> None:
+        """Past the retries the run ends in `failed` naming the overload, as a 529 would."""
+        body = replies.text("never whole")
+        server.add(*[FakeError.mid_stream(body, after_events=4) for _ in range(2)])
+        result = Agent(model_for(server, stream=True, max_retries=1)).run("hi")
+        assert result.end_state == "failed"
+        assert "overloaded_error" in result.reason
+        assert (result.details or {}).get("status") == 529
+
+    def test_fallback_after_a_dying_stream(self, server: FakeAnthropicServer) -> None:
+        """A primary whose streams keep dying falls back like an overloaded one."""
+        body = replies.text("never whole")
+        server.add(FakeError.mid_stream(body, after_events=3), replies.text("from the fallback"))
+        primary = model_for(server, stream=True, max_retries=0)
+        fallback = AnthropicModel("claude-haiku-4-5", api_key=API_KEY, base_url=server.base_url)
+        result = Agent(primary, fallback_models=[fallback]).run("hi")
+        assert (result.end_state, result.text) == ("completed", "from the fallback")
+        assert server.requests[1]["model"] == "claude-haiku-4-5"
+
+    def test_invalid_request_mid_stream_is_not_retried(self, server: FakeAnthropicServer) -> None:
+        """An error no retry fixes ends the run at once."""
+        body = replies.text("never whole")
+        server.add(FakeError.mid_stream(body, after_events=3, status=400), body)
+        result = Agent(model_for(server, stream=True)).run("hi")
+        assert result.end_state == "failed"
+        assert len(server.requests) == 1
