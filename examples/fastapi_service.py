@@ -1,10 +1,14 @@
 """Embed the agent in a web service: start runs, read their state, approve their tool calls.
 
-Three endpoints over one `Agent`, which serves every run of the service:
+Four endpoints over one `Agent`, which serves every run of the service:
 
 - `POST /runs` starts a run and answers when it ends or pauses: its `run_id`, end
   state and reason, the answer, and the calls waiting for a decision when it paused
   in `awaiting_approval`.
+- `POST /runs/stream` starts a run and streams its events to the browser as
+  Server-Sent Events as they happen (the answer word by word, tool calls, every
+  transition), the last one `run_ended` with the same facts `POST /runs` answers;
+  a run that pauses for approval ends its stream there, and is approved as any other.
 - `GET /runs/{run_id}` reads the run's state from the checkpointer, so any process
   that opens the same state dir sees the same thing.
 - `POST /runs/{run_id}/approvals` takes a decision per waiting call and resumes the run.
@@ -37,6 +41,7 @@ from typing import Annotated, Any, Literal, TextIO
 
 import structlog
 from fastapi import FastAPI, HTTPException
+from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field
 
 from statemachine_agent import (
@@ -57,6 +62,7 @@ from statemachine_agent.machine.run import RunRecord
 from statemachine_agent.machine.table import END_STATES
 from statemachine_agent.persistence import RunNotFoundError, load_record
 from statemachine_agent.policy.approval import DEFAULT_DENIAL, Decision
+from statemachine_agent.stream.events import to_json
 from statemachine_agent.testing import replies
 
 SYSTEM = (
@@ -282,6 +288,18 @@ def create_app(
         metadata = {"user": body.user} if body.user else None  # on every event and checkpoint
         result = await agent.arun(body.prompt, metadata=metadata)
         return outcome(result)
+
+    @app.post("/runs/stream")
+    async def stream_run(body: StartRun) -> StreamingResponse:
+        metadata = {"user": body.user} if body.user else None
+        events = agent.astream(body.prompt, metadata=metadata)
+
+        async def server_sent_events() -> AsyncIterator[str]:
+            async with events:  # a client that hangs up cancels the run
+                async for event in events:
+                    yield f"event: {event.type}\ndata: {json.dumps(to_json(event))}\n\n"
+
+        return StreamingResponse(server_sent_events(), media_type="text/event-stream")
 
     @app.get("/runs/{run_id}")
     async def get_run(run_id: str) -> RunState:

@@ -46,6 +46,7 @@ from statemachine_agent.policy.stall import StallPolicy
 from statemachine_agent.policy.verify import Verifier, VerifyPolicy
 from statemachine_agent.stream.events import StreamEvent
 from statemachine_agent.stream.run import RunStream, StreamTap, iter_sync
+from statemachine_agent.telemetry import TraceSink, provider_name, tracer_provider
 from statemachine_agent.tools.base import Tool
 from statemachine_agent.tools.decorator import tool as make_tool
 from statemachine_agent.tools.registry import ToolRegistry
@@ -598,6 +599,9 @@ class Agent:
             cancel.cancel_after(deadline)
         audit = self._audit
         sinks = [*audit.sinks, *sinks]
+        tracers = tracer_provider(audit.tracer_provider)
+        if tracers is not None:
+            sinks.append(TraceSink(tracers, self._name, provider_name(self.model)))
         own: JsonlSink | None = None
         chain = Chain(audit.audit_key)
         run_file = audit.run_file(record.run_id)

@@ -12,22 +12,27 @@ import io
 import json
 import re
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import httpx
 import pytest
 import structlog
+import uvicorn
 from fastapi.testclient import TestClient
 
-from statemachine_agent import ScriptedModel
+from statemachine_agent import AnthropicModel, ScriptedModel
 from statemachine_agent.audit.sink import read_events
-from statemachine_agent.testing import replies
+from statemachine_agent.testing import FakeAnthropicServer, PausedStream, replies
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "fastapi_service.py"
 CALL = "toolu_mail"
+API_KEY = "sk-ant-api03-TESTSECRET-abcdefghijklmnop"
 MAIL = {"to": "ken@example.com", "subject": "Lunch", "body": "Noon?"}
 
 
@@ -238,3 +243,114 @@ class TestAsDocumented:
         assert len(blocks) >= 3
         for block in blocks:
             assert block in source, f"docs/embedding.md quotes code the example lacks:\n{block}"
+
+
+# -- streaming over a real HTTP connection -------------------------------------------------
+
+
+@pytest.fixture
+def live(tmp_path: Path) -> Iterator[tuple[str, FakeAnthropicServer, Any]]:
+    """The service under uvicorn on 127.0.0.1, its model Claude through the real SDK
+    against the local API server (so replies really stream)."""
+    with FakeAnthropicServer() as api:
+        model = AnthropicModel(api_key=API_KEY, base_url=api.base_url)
+        app = service.create_app(model, state_dir=tmp_path / "state", audit_dir=tmp_path / "audit")
+        server = uvicorn.Server(
+            uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
+        )
+        thread = threading.Thread(target=server.run, daemon=True)
+        thread.start()
+        while not server.started:
+            if not thread.is_alive():
+                raise RuntimeError("uvicorn did not start")
+            time.sleep(0.01)
+        port = server.servers[0].sockets[0].getsockname()[1]
+        try:
+            yield f"http://127.0.0.1:{port}", api, app
+        finally:
+            server.should_exit = True
+            thread.join()
+
+
+def read_sse(lines: Iterator[str]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Server-Sent Events as (event name, JSON data), as a browser's EventSource reads them."""
+    name, data = "message", ""
+    for line in lines:
+        if not line:
+            if data:
+                yield name, json.loads(data)
+            name, data = "message", ""
+        elif line.startswith("event:"):
+            name = line.removeprefix("event:").strip()
+        elif line.startswith("data:"):
+            data += line.removeprefix("data:").strip()
+
+
+def stream_run(url: str, prompt: str) -> list[tuple[str, dict[str, Any]]]:
+    with httpx.stream("POST", f"{url}/runs/stream", json={"prompt": prompt, "user": "aya"},
+                      timeout=30) as response:  # fmt: skip
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        return list(read_sse(response.iter_lines()))
+
+
+class TestServerSentEvents:
+    def test_a_run_streams_word_by_word(self, live: tuple[str, Any, Any]) -> None:
+        """The answer arrives as text deltas, with every transition, then the result."""
+        url, api, _app = live
+        api.add(replies.text("Lunch at noon sounds good to Ken."))
+        events = stream_run(url, "Ask Ken to lunch.")
+        names = [name for name, _ in events]
+        assert names[-1] == "run_ended"
+        assert all(data["type"] == name for name, data in events)
+        deltas = [data["text"] for name, data in events if name == "text_delta"]
+        assert len(deltas) > 1
+        assert "".join(deltas) == "Lunch at noon sounds good to Ken."
+        assert "transition" in names
+        ended = events[-1][1]
+        assert (ended["end_state"], ended["text"]) == ("completed", "".join(deltas))
+        assert api.requests[0]["stream"] is True
+
+    def test_approval_while_streaming(self, live: tuple[str, Any, Any]) -> None:
+        """A streamed run that asks to send mail ends its stream waiting for approval, with
+        the pending call; approving it resumes the run, which sends the mail once."""
+        url, api, app = live
+        api.add(replies.tool_use("send_email", MAIL, id=CALL), replies.text("Sent."))
+        events = stream_run(url, "Ask Ken to lunch.")
+        started = [d for n, d in events if n == "tool_call_started"]
+        complete = [d for n, d in events if n == "tool_input_complete"]
+        assert [(d["name"], d["tool_use_id"]) for d in started] == [("send_email", CALL)]
+        assert complete[0]["input"] == MAIL
+        ended = events[-1][1]
+        assert ended["end_state"] == "awaiting_approval"
+        assert [c["tool_use_id"] for c in ended["details"]["pending"]] == [CALL]
+        run_id = ended["run_id"]
+        decisions = {CALL: {"decision": "approve"}}
+        done = httpx.post(f"{url}/runs/{run_id}/approvals", timeout=30,
+                          json={"reviewer": "aya", "decisions": decisions})  # fmt: skip
+        assert done.status_code == 200, done.text
+        assert done.json()["end_state"] == "completed"
+        assert app.state.service.outbox.sent() == [{"key": f"{run_id}:{CALL}", **MAIL}]
+
+    def test_client_hanging_up_cancels_the_run(self, live: tuple[str, Any, Any]) -> None:
+        """A browser that goes away mid-answer cancels its run, which ends in `cancelled`
+        with the text it had written."""
+        url, api, _app = live
+        resume = threading.Event()
+        api.add(PausedStream(replies.text("Noon works for everyone here."), 5, resume))
+        try:
+            with httpx.stream("POST", f"{url}/runs/stream", json={"prompt": "Lunch?"},
+                              timeout=30) as response:  # fmt: skip
+                for name, data in read_sse(response.iter_lines()):
+                    if name == "text_delta":
+                        run_id = data["run_id"]
+                        break
+            state: dict[str, Any] = {}
+            for _ in range(500):
+                state = httpx.get(f"{url}/runs/{run_id}", timeout=30).json()
+                if state["ended"]:
+                    break
+                time.sleep(0.02)
+        finally:
+            resume.set()
+        assert state["state"] == "cancelled"

@@ -40,6 +40,10 @@ class Audit:
     """An HMAC key for the hash chain of every audit file and sink (docs/audit.md): only
     a holder of the key can write a chain that verifies (`verify --key`). Never written
     to any sink (it is redacted) nor shown by `repr`."""
+    tracer_provider: Any = None
+    """An OpenTelemetry `TracerProvider` the runs' spans go to (see
+    `statemachine_agent.telemetry`); `None`: the application's global one, if it set
+    one. Needs the `otel` extra."""
 
     def __post_init__(self) -> None:
         if isinstance(self.redact, str):

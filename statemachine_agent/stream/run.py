@@ -132,7 +132,9 @@ class RunStream:
             return
         if not self._task.done():
             self._token.cancel()
-        self.result = await self._task
+        # Shielded: a caller being cancelled itself (a server whose client hung up)
+        # must not cancel the run's task mid-step; the token ends the run in order.
+        self.result = await asyncio.shield(self._task)
 
     async def __aenter__(self) -> Self:
         return self

@@ -1,0 +1,253 @@
+"""OpenTelemetry traces of runs, following the GenAI semantic conventions.
+
+Like the stream, tracing observes: `TraceSink` is an audit sink that turns the
+run's events (already redacted) into spans, so the machine needs no hooks of its
+own and a trace shows exactly what the audit trail says. A run is a span
+`invoke_agent <agent name>`; each model call a child `chat <model>`, each tool
+call a child `execute_tool <tool name>`; every transition an event of the run's
+span, with its guards' verdicts.
+
+Only `opentelemetry-api` is needed (the `otel` extra): the application brings the
+SDK and its exporter. Without a configured tracer provider nothing is built.
+Message content is recorded only when the application opts in, with the
+convention's `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from statemachine_agent.machine.ends import SUCCESS_STATES
+
+try:  # the `otel` extra
+    from opentelemetry import trace
+    from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+except ImportError:  # pragma: no cover - exercised only without the extra
+    trace = None  # type: ignore[assignment]
+
+CAPTURE_CONTENT = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+"""The GenAI conventions' opt-in for recording message content on spans."""
+
+TRACER_NAME = "statemachine_agent"
+
+
+def tracer_provider(given: Any = None) -> Any:
+    """The provider runs are traced to: `given`, else the application's global one; None
+    when the API is not installed or no provider is configured (nothing is traced)."""
+    if trace is None:
+        return None
+    provider = given if given is not None else trace.get_tracer_provider()
+    if isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
+        return None
+    return provider
+
+
+def capture_content() -> bool:
+    return os.environ.get(CAPTURE_CONTENT, "").strip().lower() == "true"
+
+
+def provider_name(model: object) -> str:
+    """The `gen_ai.provider.name` of a model adapter (the conventions' well-known names)."""
+    known = {"AnthropicModel": "anthropic", "OpenAIModel": "openai"}
+    kind = type(model).__name__
+    return known.get(kind, kind.lower())
+
+
+class TraceSink:
+    """The spans of one run, built from its audit events (see the module's docstring)."""
+
+    def __init__(
+        self, tracers: Any, agent_name: str, provider: str, *, content: bool | None = None
+    ) -> None:
+        """`tracers`: the `TracerProvider` (see `tracer_provider`)."""
+        self._tracer = tracers.get_tracer(TRACER_NAME)
+        self._agent = agent_name
+        self._provider = provider
+        self._content = capture_content() if content is None else content
+        self._run: Span | None = None
+        self._calls: dict[int, Span] = {}
+        self._tools: dict[str, Span] = {}
+        self._metadata: dict[str, Any] = {}
+
+    # -- the audit-sink protocol ------------------------------------------------------
+
+    def write(self, record: Mapping[str, Any]) -> None:
+        handler = _HANDLERS.get(str(record.get("event")))
+        if handler is not None:
+            handler(self, record)
+
+    def close(self) -> None:
+        """End whatever is still open (a run whose process is going away)."""
+        self.close_children()
+        if self._run is not None:
+            self._run.end()
+            self._run = None
+
+    def close_children(self) -> None:
+        for span in [*self._tools.values(), *self._calls.values()]:
+            span.end()
+        self._tools.clear()
+        self._calls.clear()
+
+    # -- events to spans ----------------------------------------------------------------
+
+    def _child(self, name: str, attributes: dict[str, Any]) -> Span:
+        parent = trace.set_span_in_context(self._run) if self._run is not None else None
+        merged = {**attributes, **self._metadata}
+        span: Span = self._tracer.start_span(name, context=parent, kind=SpanKind.CLIENT,
+                                             attributes=merged)  # fmt: skip
+        return span
+
+    def _started(self, record: Mapping[str, Any]) -> None:
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.agent.name": self._agent,
+            "gen_ai.provider.name": self._provider,
+            "gen_ai.request.model": str(record.get("model") or ""),
+            "gen_ai.conversation.id": str(record["run_id"]),
+            "statemachine_agent.resumed": record.get("event") == "run.resumed",
+        }
+        self._metadata = _metadata_attributes(record)
+        attributes.update(self._metadata)
+        name = f"invoke_agent {self._agent}"
+        self._run = self._tracer.start_span(name, kind=SpanKind.INTERNAL, attributes=attributes)
+
+    def _requested(self, record: Mapping[str, Any]) -> None:
+        model = str(record.get("model") or "")
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": self._provider,
+            "gen_ai.request.model": model,
+            "gen_ai.request.max_tokens": int(record.get("max_tokens") or 0),
+            "gen_ai.conversation.id": str(record["run_id"]),
+        }
+        if record.get("purpose"):
+            attributes["statemachine_agent.purpose"] = str(record["purpose"])
+        self._end_call(int(record.get("iteration") or 0))  # a fallback replaces the call
+        self._calls[int(record.get("iteration") or 0)] = self._child(f"chat {model}", attributes)
+
+    def _replied(self, record: Mapping[str, Any]) -> None:
+        span = self._calls.pop(int(record.get("iteration") or 0), None)
+        if span is None:
+            return
+        usage = record.get("usage") or {}
+        span.set_attributes({
+            "gen_ai.response.model": str(record.get("model") or ""),
+            "gen_ai.response.id": str(record.get("message_id") or ""),
+            "gen_ai.response.finish_reasons": [str(record.get("stop_reason") or "")],
+            "gen_ai.usage.input_tokens": int(usage.get("input_tokens") or 0),
+            "gen_ai.usage.output_tokens": int(usage.get("output_tokens") or 0),
+            "gen_ai.usage.cache_read.input_tokens": int(usage.get("cache_read_tokens") or 0),
+            "gen_ai.usage.cache_creation.input_tokens": int(usage.get("cache_write_5m_tokens")
+                                                            or 0)
+            + int(usage.get("cache_write_1h_tokens") or 0),
+            "statemachine_agent.cost_usd": float(record.get("cost_usd") or 0.0),
+        })  # fmt: skip
+        if self._content:
+            output = [{"role": "assistant", "parts": list(record.get("content") or [])}]
+            span.set_attribute("gen_ai.output.messages", json.dumps(output))
+        span.end()
+
+    def _failed(self, record: Mapping[str, Any]) -> None:
+        span = self._calls.pop(int(record.get("iteration") or 0), None)
+        if span is None:
+            return
+        error = str(record.get("error") or "model call failed")
+        span.set_attribute("error.type", error.split(" ", 1)[0] or "ModelError")
+        span.set_status(Status(StatusCode.ERROR, error))
+        span.end()
+
+    def _end_call(self, iteration: int) -> None:
+        span = self._calls.pop(iteration, None)
+        if span is not None:
+            span.end()
+
+    def _tool_called(self, record: Mapping[str, Any]) -> None:
+        name = str(record.get("tool") or "")
+        call_id = str(record.get("tool_use_id") or "")
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": name,
+            "gen_ai.tool.call.id": call_id,
+            "gen_ai.conversation.id": str(record["run_id"]),
+        }
+        if self._content:
+            attributes["gen_ai.tool.call.arguments"] = json.dumps(record.get("input"))
+        span = self._child(f"execute_tool {name}", attributes)
+        self._tools[call_id] = span
+
+    def _tool_done(self, record: Mapping[str, Any]) -> None:
+        span = self._tools.pop(str(record.get("tool_use_id") or ""), None)
+        if span is None:
+            return
+        if self._content:
+            span.set_attribute("gen_ai.tool.call.result", str(record.get("content", "")))
+        if record.get("event") == "tool.failed":
+            kind = str(record.get("error_kind") or "tool_error")
+            span.set_attribute("error.type", kind)
+            span.set_status(Status(StatusCode.ERROR, str(record.get("content", ""))[:500]))
+        span.end()
+
+    def _transition(self, record: Mapping[str, Any]) -> None:
+        if self._run is None:
+            return
+        attributes: dict[str, Any] = {
+            "statemachine_agent.seq": int(record.get("seq") or 0),
+            "statemachine_agent.source": str(record.get("source")),
+            "statemachine_agent.trigger": str(record.get("trigger")),
+            "statemachine_agent.dest": str(record.get("dest")),
+            "statemachine_agent.guards": json.dumps(record.get("guards") or {}),
+        }
+        self._run.add_event("transition", attributes)
+
+    def _ended(self, record: Mapping[str, Any]) -> None:
+        if self._run is None:
+            return
+        span, self._run = self._run, None
+        state = str(record.get("end_state"))
+        usage = record.get("usage_total") or {}
+        span.set_attributes({
+            "statemachine_agent.end_state": state,
+            "statemachine_agent.reason": str(record.get("reason") or ""),
+            "statemachine_agent.cost_usd": float(record.get("cost_usd") or 0.0),
+            "statemachine_agent.iterations": int(record.get("iterations") or 0),
+            "gen_ai.usage.input_tokens": int(usage.get("input_tokens") or 0),
+            "gen_ai.usage.output_tokens": int(usage.get("output_tokens") or 0),
+        })  # fmt: skip
+        if state in SUCCESS_STATES:
+            span.set_status(Status(StatusCode.OK))
+        elif state != "awaiting_approval":  # a pause is not an error; its state says it
+            span.set_attribute("error.type", state)
+            span.set_status(Status(StatusCode.ERROR, f"{state}: {record.get('reason')}"))
+        for open_span in self._tools.values():  # deferred or never answered: not run here
+            open_span.set_attribute("statemachine_agent.tool.finished", False)
+        self.close_children()
+        span.end()
+
+
+def _metadata_attributes(record: Mapping[str, Any]) -> dict[str, Any]:
+    """The run's metadata, one attribute per key (`statemachine_agent.metadata.<key>`)."""
+    metadata = record.get("metadata") or {}
+    return {
+        f"statemachine_agent.metadata.{key}": value
+        if isinstance(value, str | bool | int | float)
+        else json.dumps(value)
+        for key, value in metadata.items()
+    }
+
+
+_HANDLERS = {
+    "run.started": TraceSink._started,
+    "run.resumed": TraceSink._started,
+    "model.requested": TraceSink._requested,
+    "model.replied": TraceSink._replied,
+    "model.failed": TraceSink._failed,
+    "tool.called": TraceSink._tool_called,
+    "tool.finished": TraceSink._tool_done,
+    "tool.failed": TraceSink._tool_done,
+    "transition.fired": TraceSink._transition,
+    "run.ended": TraceSink._ended,
+}

@@ -1,0 +1,184 @@
+"""OpenTelemetry traces of runs, read back with the SDK's in-memory exporter.
+
+The runs use the real `anthropic` SDK against the local server; the spans are
+what a tracing backend would receive.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
+
+from statemachine_agent import Agent, AnthropicModel, Approve, Budget, calculate, tool
+from statemachine_agent.audit.config import Audit
+from statemachine_agent.telemetry import CAPTURE_CONTENT
+from statemachine_agent.testing import FakeAnthropicServer, FakeError, replies
+
+API_KEY = "sk-ant-api03-TESTSECRET-abcdefghijklmnop"
+EXPORTER = InMemorySpanExporter()
+PROVIDER = TracerProvider()
+PROVIDER.add_span_processor(SimpleSpanProcessor(EXPORTER))
+TRACED = Audit(tracer_provider=PROVIDER)
+"""The runs' audit with this module's provider (not the process-wide one, which the
+API lets a process set only once)."""
+
+
+@pytest.fixture(autouse=True)
+def clear() -> None:
+    EXPORTER.clear()
+
+
+@pytest.fixture
+def server() -> Iterator[FakeAnthropicServer]:
+    with FakeAnthropicServer() as fake:
+        yield fake
+
+
+def model_for(server: FakeAnthropicServer, **kwargs: Any) -> AnthropicModel:
+    return AnthropicModel(api_key=API_KEY, base_url=server.base_url, **kwargs)
+
+
+def spans() -> list[ReadableSpan]:
+    return list(EXPORTER.get_finished_spans())
+
+
+def by_name(name: str) -> list[ReadableSpan]:
+    return [s for s in spans() if s.name == name]
+
+
+def attrs(span: ReadableSpan) -> dict[str, Any]:
+    return dict(span.attributes or {})
+
+
+class TestRunWithTools:
+    def test_span_tree_names_and_attributes(self, server: FakeAnthropicServer) -> None:
+        """A run is one `invoke_agent` span; its model calls and tool calls are children
+        with the GenAI attributes; transitions are events of the run span."""
+        usage = {"input_tokens": 11, "output_tokens": 7, "cache_read_input_tokens": 5,
+                 "cache_creation_input_tokens": 3}  # fmt: skip
+        server.add(
+            replies.tool_uses(("calculate", {"expression": "6*7"}), usage=usage),
+            replies.text("42", usage=usage),
+        )
+        result = Agent(model_for(server), tools=[calculate], name="calc", audit=TRACED).run(
+            "6*7?", metadata={"tenant": "acme"}
+        )
+        (run,) = by_name("invoke_agent calc")
+        chats = by_name("chat claude-sonnet-5")
+        (tool_span,) = by_name("execute_tool calculate")
+        assert len(chats) == 2
+        for child in [*chats, tool_span]:
+            assert child.parent is not None
+            assert child.parent.span_id == run.context.span_id
+            assert child.context.trace_id == run.context.trace_id
+            assert attrs(child)["statemachine_agent.metadata.tenant"] == "acme"
+        run_attrs = attrs(run)
+        assert run_attrs["gen_ai.operation.name"] == "invoke_agent"
+        assert run_attrs["gen_ai.provider.name"] == "anthropic"
+        assert run_attrs["gen_ai.conversation.id"] == result.run_id
+        assert run_attrs["statemachine_agent.end_state"] == "completed"
+        assert run_attrs["statemachine_agent.cost_usd"] == pytest.approx(result.cost_usd)
+        assert run.status.status_code is StatusCode.OK
+        chat = attrs(chats[0])
+        assert chat["gen_ai.operation.name"] == "chat"
+        assert chat["gen_ai.request.model"] == "claude-sonnet-5"
+        assert chat["gen_ai.response.model"] == "claude-sonnet-5"
+        assert chat["gen_ai.response.finish_reasons"] == ("tool_use",)
+        assert (chat["gen_ai.usage.input_tokens"], chat["gen_ai.usage.output_tokens"]) == (11, 7)
+        assert chat["gen_ai.usage.cache_read.input_tokens"] == 5
+        assert chat["gen_ai.usage.cache_creation.input_tokens"] == 3
+        tool_attrs = attrs(tool_span)
+        assert tool_attrs["gen_ai.tool.name"] == "calculate"
+        uses = [b for b in result.messages[1]["content"] if b["type"] == "tool_use"]
+        assert tool_attrs["gen_ai.tool.call.id"] == uses[0]["id"]
+        events = [e for e in run.events if e.name == "transition"]
+        assert [(e.attributes or {})["statemachine_agent.dest"] for e in events] == [
+            t.dest for t in result.trail
+        ]
+        assert {json.dumps(t.guards) for t in result.trail} == {
+            (e.attributes or {})["statemachine_agent.guards"] for e in events
+        }
+
+    def test_content_only_on_opt_in_and_redacted(
+        self, server: FakeAnthropicServer, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Message content is left out unless the application opts in; then a secret in it
+        is redacted as in the audit trail."""
+        server.add(replies.text(f"the key is {API_KEY}"))
+        Agent(model_for(server), audit=TRACED).run("hi")
+        (chat,) = by_name("chat claude-sonnet-5")
+        assert "gen_ai.output.messages" not in attrs(chat)
+        EXPORTER.clear()
+        monkeypatch.setenv(CAPTURE_CONTENT, "true")
+        server.add(replies.text(f"the key is {API_KEY}"))
+        Agent(model_for(server), audit=TRACED).run("hi")
+        (chat,) = by_name("chat claude-sonnet-5")
+        recorded = attrs(chat)["gen_ai.output.messages"]
+        assert API_KEY not in recorded
+        assert "[REDACTED]" in recorded
+
+
+class TestFailures:
+    def test_failed_model_call(self, server: FakeAnthropicServer) -> None:
+        """A model call that fails sets its span's status; the run's span says `failed`."""
+        server.add(FakeError(400, "bad request"))
+        result = Agent(model_for(server, max_retries=0), audit=TRACED).run("hi")
+        assert result.end_state == "failed"
+        (chat,) = by_name("chat claude-sonnet-5")
+        assert chat.status.status_code is StatusCode.ERROR
+        (run,) = by_name("invoke_agent agent")
+        assert run.status.status_code is StatusCode.ERROR
+        assert attrs(run)["statemachine_agent.end_state"] == "failed"
+        assert attrs(run)["error.type"] == "failed"
+
+    def test_budget_stop(self, server: FakeAnthropicServer) -> None:
+        """A run stopped by its budget is not a success: its span says so, with the reason."""
+        server.add(replies.tool_use("calculate", {"expression": "1+1"}), replies.text("salvage"))
+        result = Agent(model_for(server), tools=[calculate], audit=TRACED,
+                       budget=Budget(max_iterations=1)).run("go")  # fmt: skip
+        assert result.end_state == "budget_exhausted"
+        (run,) = by_name("invoke_agent agent")
+        assert attrs(run)["statemachine_agent.end_state"] == "budget_exhausted"
+        assert attrs(run)["statemachine_agent.reason"] == result.reason
+        assert run.status.status_code is StatusCode.ERROR
+
+
+class TestResumedRun:
+    def test_resume_is_a_span_of_the_same_conversation(self, server: FakeAnthropicServer) -> None:
+        """A run paused for approval and resumed gives two run spans with one conversation
+        id, the second marked resumed."""
+
+        @tool(requires_approval=True)
+        def pay(amount: int) -> str:
+            """Pay.
+
+            Args:
+                amount: in cents.
+            """
+            return "paid"
+
+        server.add(replies.tool_use("pay", {"amount": 5}), replies.text("done"))
+        agent = Agent(model_for(server), tools=[pay], audit=TRACED)
+        first = agent.run("pay")
+        call_id = first.messages[-1]["content"][0]["id"]
+        agent.resume(first.run_id, decisions={call_id: Approve()})
+        runs = by_name("invoke_agent agent")
+        assert [attrs(r)["statemachine_agent.end_state"] for r in runs] == [
+            "awaiting_approval", "completed",
+        ]  # fmt: skip
+        assert {attrs(r)["gen_ai.conversation.id"] for r in runs} == {first.run_id}
+        assert [attrs(r)["statemachine_agent.resumed"] for r in runs] == [False, True]
+        deferred, ran = by_name("execute_tool pay")
+        assert attrs(deferred)["statemachine_agent.tool.finished"] is False
+        assert deferred.parent is not None
+        assert deferred.parent.span_id == runs[0].context.span_id
+        assert ran.parent is not None
+        assert ran.parent.span_id == runs[1].context.span_id
+        assert "statemachine_agent.tool.finished" not in attrs(ran)
