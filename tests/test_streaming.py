@@ -31,6 +31,7 @@ from statemachine_agent import (
 from statemachine_agent.audit.config import Audit
 from statemachine_agent.models.anthropic import needs_streaming
 from statemachine_agent.models.base import ModelRequest
+from statemachine_agent.models.openai import OpenAIModel
 from statemachine_agent.stream.events import (
     ReplyRestarted,
     RunEnded,
@@ -44,6 +45,11 @@ from statemachine_agent.stream.events import (
     to_json,
 )
 from statemachine_agent.testing import FakeAnthropicServer, FakeError, PausedStream, replies
+from statemachine_agent.testing.openai_server import (
+    FakeOpenAIServer,
+    chat_text,
+    chat_tool_calls,
+)
 
 API_KEY = "sk-ant-api03-TESTSECRET-abcdefghijklmnop"
 CACHED = {
@@ -356,3 +362,44 @@ class TestStreamsThatDie:
         result = Agent(model_for(server, stream=True)).run("hi")
         assert result.end_state == "failed"
         assert len(server.requests) == 1
+
+
+class TestOpenAIStreams:
+    """`OpenAIModel` streams Chat Completions chunks through the real `openai` SDK."""
+
+    def test_streamed_completion_equals_the_plain_one(self) -> None:
+        """Text, tool calls, finish reason and usage come out the same streamed or not."""
+        completion = chat_tool_calls(
+            ("calculate", {"expression": "6*7"}), content="Computing it now."
+        )
+        with FakeOpenAIServer([completion, completion]) as server:
+            model = OpenAIModel("gpt-4o-mini", api_key="sk-test-key", base_url=server.base_url)
+            plain = asyncio.run(model.acomplete(request()))
+            model.stream = True
+            streamed = asyncio.run(model.acomplete(request()))
+            assert server.invalid_requests == []
+            assert server.requests[1]["stream"] is True
+            assert server.requests[1]["stream_options"] == {"include_usage": True}
+        assert streamed.content == plain.content
+        assert (streamed.stop_reason, streamed.usage, streamed.id) == (
+            plain.stop_reason, plain.usage, plain.id,
+        )  # fmt: skip
+
+    def test_astream_events_from_openai(self) -> None:
+        """A run on an OpenAI model streams its deltas and tool calls like any other."""
+        with FakeOpenAIServer(
+            [
+                chat_tool_calls(("calculate", {"expression": "6*7"})),
+                chat_text("The answer is 42."),
+            ]
+        ) as server:
+            model = OpenAIModel("gpt-4o-mini", api_key="sk-test-key", base_url=server.base_url)
+            events = collect(Agent(model, tools=[calculate]), "6*7?")
+            assert server.invalid_requests == []
+        texts = "".join(e.text for e in events if isinstance(e, TextDelta))
+        assert texts == "The answer is 42."
+        started = [e.name for e in events if isinstance(e, ToolCallStarted)]
+        complete = [e.input for e in events if isinstance(e, ToolInputComplete)]
+        assert (started, complete) == (["calculate"], [{"expression": "6*7"}])
+        result = events[-1].result  # type: ignore[union-attr]
+        assert (result.end_state, result.text) == ("completed", "The answer is 42.")

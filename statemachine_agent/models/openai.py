@@ -31,6 +31,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 from statemachine_agent.models.anthropic import MissingAPIKeyError
 from statemachine_agent.models.base import JSON, ModelError, ModelReply, ModelRequest, Usage
 from statemachine_agent.models.loop_clients import LoopClients
+from statemachine_agent.models.streaming import ReplyDelta, begin_reply, deliver, listener
 
 __all__ = [
     "DEFAULT_OPENAI_MODEL",
@@ -97,8 +98,12 @@ class OpenAIModel:
         max_tokens_param: MaxTokensParam = "max_completion_tokens",
         client: openai.OpenAI | None = None,
         async_client: openai.AsyncOpenAI | None = None,
+        stream: bool | None = None,
     ) -> None:
+        """`stream`: True streams every call, False none; None (the default) streams when
+        someone listens to the reply as it is written (`Agent.astream`)."""
         self.name = name
+        self.stream = stream
         key = api_key or os.environ.get("OPENAI_API_KEY")
         if client is None and async_client is None and not key:
             raise MissingOpenAIKeyError(
@@ -149,15 +154,97 @@ class OpenAIModel:
             raise to_model_error(exc) from exc
         return from_chat_completion(_json_body(raw), request_id=raw.request_id)
 
+    def streams(self) -> bool:
+        """Whether the next call is streamed (see `stream`)."""
+        return self.stream if self.stream is not None else listener() is not None
+
     async def acomplete(self, request: ModelRequest) -> ModelReply:
         body = to_chat_request(request, max_tokens_param=self.max_tokens_param)
         client = await self._async_client_for_loop()
         completions = cast(Any, client.chat.completions)
+        if self.streams():
+            begin_reply()
+            assembly = _Assembly()
+            try:
+                chunks = await completions.create(
+                    **body, stream=True, stream_options={"include_usage": True}
+                )
+                async for chunk in chunks:
+                    assembly.add(chunk.to_dict(mode="json"))
+            except openai.OpenAIError as exc:
+                raise to_model_error(exc) from exc
+            request_id = getattr(getattr(chunks, "response", None), "headers", {}).get(
+                "x-request-id"
+            )
+            return from_chat_completion(assembly.completion(), request_id=request_id)
         try:
             raw = await completions.with_raw_response.create(**body)
         except openai.OpenAIError as exc:
             raise to_model_error(exc) from exc
         return from_chat_completion(_json_body(raw), request_id=raw.request_id)
+
+
+class _Assembly:
+    """A streamed completion put back together as the body a plain call returns, its
+    pieces delivered to the run's listener on the way."""
+
+    def __init__(self) -> None:
+        self.head: JSON = {}
+        self.text: list[str] = []
+        self.refusal: list[str] = []
+        self.calls: dict[int, JSON] = {}
+        self.finish: Any = None
+        self.usage: Any = None
+
+    def add(self, chunk: Mapping[str, Any]) -> None:
+        if not self.head:
+            self.head = {k: chunk.get(k) for k in ("id", "created", "model")}
+        if chunk.get("usage"):
+            self.usage = chunk["usage"]
+        for choice in chunk.get("choices") or ():
+            delta = choice.get("delta") or {}
+            if delta.get("content"):
+                self.text.append(delta["content"])
+                deliver(ReplyDelta("text", 0, text=delta["content"]))
+            if delta.get("refusal"):
+                self.refusal.append(delta["refusal"])
+            for part in delta.get("tool_calls") or ():
+                self._call_part(part)
+            if choice.get("finish_reason"):
+                self.finish = choice["finish_reason"]
+                for index, call in sorted(self.calls.items()):
+                    deliver(ReplyDelta("tool_use_complete", index + 1, tool_use_id=call["id"],
+                                       name=call["function"]["name"],
+                                       input=_parsed(call["function"]["arguments"])))  # fmt: skip
+
+    def _call_part(self, part: Mapping[str, Any]) -> None:
+        index = int(part.get("index") or 0)
+        function = part.get("function") or {}
+        call = self.calls.get(index)
+        if call is None:
+            call = self.calls[index] = {"id": part.get("id") or "", "type": "function",
+                                        "function": {"name": function.get("name") or "",
+                                                     "arguments": ""}}  # fmt: skip
+            deliver(ReplyDelta("tool_use_started", index + 1, tool_use_id=call["id"],
+                               name=call["function"]["name"]))  # fmt: skip
+        call["function"]["arguments"] += function.get("arguments") or ""
+
+    def completion(self) -> JSON:
+        message: JSON = {"role": "assistant", "content": "".join(self.text) or None}
+        if self.refusal:
+            message["refusal"] = "".join(self.refusal)
+        if self.calls:
+            message["tool_calls"] = [self.calls[k] for k in sorted(self.calls)]
+        choice = {"index": 0, "message": message, "finish_reason": self.finish}
+        return {**self.head, "object": "chat.completion", "choices": [choice],
+                "usage": self.usage}  # fmt: skip
+
+
+def _parsed(arguments: str) -> Any:
+    try:
+        return json.loads(arguments or "{}")
+    except ValueError:
+        return arguments
 
 
 async def _close(client: openai.AsyncOpenAI) -> None:

@@ -305,8 +305,16 @@ def validate_chat_request(body: Mapping[str, Any]) -> list[str]:
     model = body.get("model")
     if not isinstance(model, str) or not model:
         problems.append("model: a non-empty string is required")
-    if body.get("stream"):
-        problems.append("stream: FakeOpenAIServer does not serve streamed responses")
+    if "stream" in body and not isinstance(body["stream"], bool):
+        problems.append(f"stream: expected a boolean, got {body['stream']!r}")
+    options = body.get("stream_options")
+    if options is not None:
+        if not body.get("stream"):
+            problems.append("stream_options: only allowed when stream is true")
+        if not isinstance(options, dict) or set(options) - {"include_usage", "include_obfuscation"}:
+            problems.append(f"stream_options: unrecognized options {options!r}")
+        elif not isinstance(options.get("include_usage", False), bool):
+            problems.append("stream_options.include_usage: expected a boolean")
     if "max_tokens" in body and "max_completion_tokens" in body:
         problems.append("max_tokens and max_completion_tokens cannot both be set")
     for key in ("max_tokens", "max_completion_tokens"):
@@ -570,6 +578,39 @@ class FakeOpenAIServer(ScriptedServer[FakeOpenAIError]):
         return answer
 
 
+def stream_chunks(completion: Mapping[str, Any], *, include_usage: bool) -> list[JSON]:
+    """The chunks of a streamed completion whose final form is `completion`: the role,
+    the content word by word, each tool call's id and name then its arguments in
+    pieces, the finish reason, and (with `include_usage`) a last chunk with the usage."""
+    head = {k: completion.get(k) for k in ("id", "created", "model", "system_fingerprint")}
+    head["object"] = "chat.completion.chunk"
+    choice = (completion.get("choices") or [{}])[0]
+    message = choice.get("message") or {}
+
+    def chunk(delta: JSON, finish: Any = None) -> JSON:
+        return {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": finish,
+                                     "logprobs": None}]}  # fmt: skip
+
+    chunks = [chunk({"role": "assistant", "content": ""})]
+    content = message.get("content")
+    if isinstance(content, str):
+        chunks += [chunk({"content": piece}) for piece in re.findall(r"\S*\s*", content)[:-1]]
+    if message.get("refusal"):
+        chunks.append(chunk({"refusal": message["refusal"]}))
+    for k, call in enumerate(message.get("tool_calls") or ()):
+        function = call.get("function") or {}
+        start = {"index": k, "id": call.get("id"), "type": "function",
+                 "function": {"name": function.get("name"), "arguments": ""}}  # fmt: skip
+        chunks.append(chunk({"tool_calls": [start]}))
+        arguments = str(function.get("arguments") or "")
+        for piece in (arguments[: len(arguments) // 2], arguments[len(arguments) // 2 :]):
+            chunks.append(chunk({"tool_calls": [{"index": k, "function": {"arguments": piece}}]}))
+    chunks.append(chunk({}, choice.get("finish_reason")))
+    if include_usage:
+        chunks.append({**head, "choices": [], "usage": completion.get("usage")})
+    return chunks
+
+
 class _Handler(ScriptedHandler):
     server_version = "FakeOpenAIServer/1"
 
@@ -604,8 +645,29 @@ class _Handler(ScriptedHandler):
         answer = owner._answer(body)
         if isinstance(answer, FakeOpenAIError):
             self._error(request_id, answer)
+        elif body.get("stream") is True:
+            usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            self._stream(answer, request_id, include_usage=usage)
         else:
             self._json(200, answer, request_id)
+
+    def _stream(
+        self, completion: Mapping[str, Any], request_id: str, *, include_usage: bool
+    ) -> None:
+        """Send a scripted completion as the `chat.completion.chunk` events of a stream,
+        ended by `data: [DONE]`, as the API does."""
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("x-request-id", request_id)
+        self.send_header("connection", "close")
+        self.close_connection = True
+        self.end_headers()
+        with contextlib.suppress(ConnectionError):
+            for chunk in stream_chunks(completion, include_usage=include_usage):
+                self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                self.wfile.flush()
+            self.wfile.write(b"data: [DONE]\n\n")
+            self.wfile.flush()
 
     def _not_found(self, request_id: str) -> None:
         message = f"Invalid URL ({self.command} {self.path})"
