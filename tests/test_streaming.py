@@ -16,22 +16,28 @@ from collections.abc import Iterator
 from typing import Any
 
 import anthropic
+import pydantic
 import pytest
 
 from statemachine_agent import (
     Agent,
     AnthropicModel,
     CancelToken,
+    ContextPolicy,
     Conversation,
     MemoryCheckpointer,
     MemorySink,
     calculate,
     load_record,
+    tool,
 )
 from statemachine_agent.audit.config import Audit
+from statemachine_agent.context.summary import SUMMARY_SYSTEM
 from statemachine_agent.models.anthropic import needs_streaming
 from statemachine_agent.models.base import ModelRequest
 from statemachine_agent.models.openai import OpenAIModel
+from statemachine_agent.output import OUTPUT_TOOL
+from statemachine_agent.persistence.codec import record_to_plain
 from statemachine_agent.stream.events import (
     ReplyRestarted,
     RunEnded,
@@ -133,6 +139,39 @@ class TestSameReplyEitherWay:
         assert streamed.result.usage == plain.usage
         assert [r.get("stream") for r in server.requests] == [None, None, True, True]
 
+    def test_checkpoints_and_audit_are_the_same(self, server: FakeAnthropicServer) -> None:
+        """The last checkpoint and the audit events of a streamed run are those of a plain
+        run, but for what differs between any two runs (ids, times, the server's request
+        ids)."""
+        first, last = rich_reply(), replies.text("It is 42.", usage=CACHED)
+        server.add(first, last, first, last)
+        runs = []
+        for streamed in (False, True):
+            store, sink = MemoryCheckpointer(), MemorySink()
+            agent = Agent(model_for(server), tools=[calculate], checkpointer=store,
+                          audit=Audit(sinks=[sink]))  # fmt: skip
+            if streamed:
+                collect(agent, "6*7?", run_id="run_b")
+            else:
+                agent.run("6*7?", run_id="run_a")
+            record = record_to_plain(load_record(store, "run_b" if streamed else "run_a"))
+            runs.append((steady(record), [steady(e) for e in sink.events]))
+        assert [r.get("stream") for r in server.requests] == [None, None, True, True]
+        (plain_record, plain_events), (streamed_record, streamed_events) = runs
+        assert streamed_record == plain_record
+        assert streamed_events == plain_events
+
+
+def steady(value: Any) -> Any:
+    """`value` without what differs between two runs of the same script."""
+    volatile = {"run_id", "ts", "elapsed_s", "request_id", "prev", "digest", "duration_s",
+                "duration_ms", "at", "audit_path"}  # fmt: skip
+    if isinstance(value, dict):
+        return {k: steady(v) for k, v in value.items() if k not in volatile}
+    if isinstance(value, list):
+        return [steady(v) for v in value]
+    return value
+
 
 class TestWhenToStream:
     def test_the_sdks_own_limit(self, server: FakeAnthropicServer) -> None:
@@ -221,6 +260,83 @@ class TestStreamEvents:
         assert chat.turns == 2
         assert [m["role"] for m in chat.history] == ["user", "assistant", "user", "assistant"]
         assert server.requests[1]["messages"][1]["content"][0]["text"] == "Hi Aya."
+
+
+class TestWithTheOtherStates:
+    def test_typed_output_while_streaming(self, server: FakeAnthropicServer) -> None:
+        """With `output_type`, the streamed run answers through `final_result` like a plain
+        one: a rejected answer's feedback, then the typed output in the final event."""
+        bad = replies.tool_use(OUTPUT_TOOL, {"number": "INV-7", "total": "?"})
+        good = replies.tool_use(OUTPUT_TOOL, {"number": "INV-7", "total": 12.5})
+        server.add(bad, good, bad, good)
+        plain = Agent(model_for(server), output_type=Invoice).run("Read it")
+        events = collect(Agent(model_for(server)), "Read it", output_type=Invoice)
+        ended = events[-1]
+        assert isinstance(ended, RunEnded)
+        assert ended.result.end_state == plain.end_state == "finished"
+        assert ended.result.output == plain.output == Invoice(number="INV-7", total=12.5)
+        assert ended.result.messages == plain.messages
+        started = [e for e in events if isinstance(e, ToolCallStarted)]
+        assert [e.name for e in started] == [OUTPUT_TOOL, OUTPUT_TOOL]
+        rejected = next(e for e in events if isinstance(e, ToolResult))
+        assert rejected.is_error
+        assert [r.get("stream") for r in server.requests] == [None, None, True, True]
+        assert server.invalid_requests == []
+
+    def test_the_summary_call_is_not_streamed(self, server: FakeAnthropicServer) -> None:
+        """A streamed run that passes through `summarize`: the loop's replies stream, the
+        summary call (a side call) does not, its text never reaches the stream, and the run
+        ends with the history a plain run has."""
+        policy = ContextPolicy(summarize_at_tokens=600, keep_last=2, compact_at_tokens=None)
+
+        def script() -> list[Any]:
+            pages = [replies.tool_use("page", {"n": n}, id=f"toolu_page{n}") for n in range(5)]
+            loop = [*pages, replies.text("All pages read.")]
+
+            def route(body: dict[str, Any]) -> dict[str, Any]:
+                if body.get("system", [{}])[0].get("text") == SUMMARY_SYSTEM:
+                    return replies.text("SUMMARY: the pages so far.")
+                return loop.pop(0)
+
+            return [route] * 12
+
+        def agent(on: FakeAnthropicServer) -> Agent:
+            return Agent(model_for(on), tools=[page], stall=None, context=policy)
+
+        with FakeAnthropicServer() as other:
+            other.add(*script())
+            plain = agent(other).run("read the pages")
+        server.add(*script())
+        events = collect(agent(server), "read the pages")
+        ended = events[-1]
+        assert isinstance(ended, RunEnded)
+        assert "summarize" in ended.result.path
+        assert ended.result.messages == plain.messages
+        assert ended.result.text == "All pages read."
+        streamed = server.requests
+        summary = [r for r in streamed if not r.get("tools")]
+        assert summary
+        assert all("stream" not in r for r in summary)
+        assert all(r.get("stream") is True for r in streamed if r.get("tools"))
+        text = "".join(e.text for e in events if isinstance(e, TextDelta))
+        assert "SUMMARY" not in text
+        assert text.endswith("All pages read.")
+        assert server.invalid_requests == []
+
+
+@tool
+def page(n: int) -> str:
+    """Returns a page of a long document.
+
+    Args:
+        n: The page number.
+    """
+    return f"page {n} says fact-{n}=" + str(1000 + n) + " " + "y" * 800
+
+
+class Invoice(pydantic.BaseModel):
+    number: str
+    total: float
 
 
 class TestCancelWhileStreaming:

@@ -11,6 +11,7 @@ is what keeps those promises true for every caller.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import replace
 from typing import Literal
 
@@ -18,6 +19,7 @@ from statemachine_agent.machine.context import PhaseContext
 from statemachine_agent.machine.failures import ComponentError
 from statemachine_agent.machine.guards import budget_reason
 from statemachine_agent.models.base import Model, ModelError, ModelReply, ModelRequest
+from statemachine_agent.models.streaming import muted
 from statemachine_agent.models.waiting import wait_limit
 
 Purpose = Literal["loop", "critic", "salvage", "summary", "verifier"]
@@ -26,6 +28,11 @@ Purpose = Literal["loop", "critic", "salvage", "summary", "verifier"]
 UNGUARDED: frozenset[Purpose] = frozenset({"loop", "salvage"})
 """Purposes whose budget check is elsewhere: the loop's by its `perceive` row, and the
 salvage call is the one call allowed past a limit (to say what was found)."""
+
+STREAMED: frozenset[Purpose] = frozenset({"loop", "salvage"})
+"""Purposes whose reply a run's stream shows as it is written: the answer. A critic's,
+a summary's or a verifier's reply is made with nobody listening: the stream shows the
+transitions around it, not its text."""
 
 
 class BudgetSpentError(ModelError):
@@ -70,7 +77,8 @@ async def call_model(
                      tools=[t.get("name") for t in request.tools],
                      max_tokens=request.max_tokens)  # fmt: skip
     try:
-        reply = await _with_fallbacks(ctx, model, request, step, fallbacks)
+        with contextlib.nullcontext() if purpose in STREAMED else muted():
+            reply = await _with_fallbacks(ctx, model, request, step, fallbacks)
     except ModelError as exc:
         ctx.emitter.emit("model.failed", iteration=step, **tag, error=exc.describe(),
                          status=exc.status, request_id=exc.request_id,

@@ -63,6 +63,17 @@ def listening(listener: Listener) -> Iterator[None]:
         _LISTENING.reset(token)
 
 
+@contextlib.contextmanager
+def muted() -> Iterator[None]:
+    """Nobody listens to the calls made inside the block: a side call (a critic's, a
+    summary's, a verifier's) is not the reply the watcher is reading."""
+    token = _LISTENING.set(None)
+    try:
+        yield
+    finally:
+        _LISTENING.reset(token)
+
+
 def listener() -> Listener | None:
     """Who listens to the current call's deltas (None: nobody; stream only if asked)."""
     current = _LISTENING.get()
