@@ -1,15 +1,24 @@
 """Re-run a recorded run from its audit file and check it takes the same path.
 
 Everything that came from outside the machine is in the audit file: model
-replies, tool results, verifier verdicts, approval decisions and the clock
-readings at each transition. Fed back in, they must drive the machine through
-the identical sequence of transitions (source, trigger, dest, guard verdicts);
-if not, the first difference is named. This is what makes a run's trail an
-audit trail rather than a log: it can be checked, not only read.
+replies, tool results, verifier verdicts, approval decisions, cancellations and
+the clock readings at each transition. Fed back in, they must drive the machine
+through the identical sequence of transitions (source, trigger, dest, guard
+verdicts); if not, the first difference is named. This is what makes a run's
+trail an audit trail rather than a log: it can be checked, not only read.
+
+A resumed run's file holds one *segment* per process that worked on it: from
+`run.started` or `run.resumed` to its `run.ended`, or to where the file stops
+(the process died). The replay drives each segment in turn and resumes from its
+own checkpoint, as the run did: after a pause for approval with the decisions
+recorded at the resume, after a cancellation by cancelling where the record
+says, and after a crash by stopping the replay at the first step the dead
+process never recorded an answer for.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 from collections.abc import Callable, Mapping, Sequence
@@ -18,14 +27,17 @@ from pathlib import Path
 from typing import Any
 
 from statemachine_agent.agent import Agent
-from statemachine_agent.audit.sink import read_events
+from statemachine_agent.audit.config import Audit
+from statemachine_agent.audit.sink import MemorySink, read_events
+from statemachine_agent.machine.engine import CancelToken
 from statemachine_agent.machine.result import RunResult
 from statemachine_agent.machine.settings import RunSettings
 from statemachine_agent.models.base import Model, ModelReply, ModelRequest
 from statemachine_agent.models.replay import ReplayDivergenceError, ReplayModel
 from statemachine_agent.output import OUTPUT_TOOL
+from statemachine_agent.persistence.base import MemoryCheckpointer
 from statemachine_agent.persistence.codec import from_plain
-from statemachine_agent.policy.approval import Approve, Defer, Deny, PolicyAnswer
+from statemachine_agent.policy.approval import Approve, Decision, Defer, Deny, Edit, PolicyAnswer
 from statemachine_agent.policy.reflection import ReflectionPolicy
 from statemachine_agent.policy.verify import Claim, Verdict, VerifyPolicy
 from statemachine_agent.tools.base import Tool, ToolCall, ToolOutcome
@@ -45,27 +57,142 @@ class ReplayReport:
     result: RunResult
 
 
-class ReplayEffects:
-    """Answers tool calls and clock readings from the record instead of the world."""
+class ProcessDied(BaseException):
+    """Stops a replayed segment where the recorded process died.
 
-    def __init__(self, events: Sequence[Mapping[str, Any]]) -> None:
-        self._outcomes: dict[str, ToolOutcome] = {}
-        for event in events:
-            if event["event"] in ("tool.finished", "tool.failed"):
-                failed = event["event"] == "tool.failed"
-                self._outcomes[str(event["tool_use_id"])] = ToolOutcome(
-                    tool_use_id=str(event["tool_use_id"]),
-                    name=str(event["tool"]),
-                    content=str(event.get("content", "")),
-                    is_error=failed,
-                    error_kind=event.get("error_kind") if failed else None,
-                    fatal=bool(event.get("fatal", False)),
-                )
-        self._clock = [0.0] + [
-            float(e.get("elapsed_s", 0.0)) for e in events if e["event"] == "transition.fired"
+    A BaseException, like the signal that killed the process: the engine turns
+    every `Exception` from a phase into a `crashed` transition, which the run
+    being replayed never fired.
+    """
+
+
+@dataclass(frozen=True)
+class Segment:
+    """The events one process wrote for the run, from `run.started` or `run.resumed`."""
+
+    events: tuple[Mapping[str, Any], ...]
+
+    @property
+    def ended(self) -> Mapping[str, Any] | None:
+        """Its `run.ended`, or None when the process died before writing one."""
+        return next((e for e in reversed(self.events) if e["event"] == "run.ended"), None)
+
+    @property
+    def end_state(self) -> str | None:
+        ended = self.ended
+        return str(ended["end_state"]) if ended is not None else None
+
+    @property
+    def last_seq(self) -> int:
+        """The number of the last transition it recorded (or that it started after)."""
+        seqs = [int(e["seq"]) for e in self.events if e["event"] == "transition.fired"]
+        start = int(self.events[0].get("seq") or 0) if self.events else 0
+        return max(seqs, default=start)
+
+
+def segments(events: Sequence[Mapping[str, Any]]) -> list[Segment]:
+    """Split a run's events at each `run.started` and `run.resumed`."""
+    parts: list[list[Mapping[str, Any]]] = []
+    for event in events:
+        if event["event"] in ("run.started", "run.resumed") or not parts:
+            parts.append([])
+        parts[-1].append(event)
+    return [Segment(tuple(part)) for part in parts]
+
+
+class _Progress:
+    """Which segment is being replayed, and its cancel token; shared by model and effects."""
+
+    def __init__(self, parts: Sequence[Segment]) -> None:
+        self.parts = list(parts)
+        self.index = 0
+        self.token = CancelToken()
+
+    @property
+    def current(self) -> Segment:
+        return self.parts[self.index]
+
+    def begin(self, index: int) -> CancelToken:
+        self.index = index
+        self.token = CancelToken()
+        return self.token
+
+    async def unanswered(self, what: str) -> None:
+        """The segment has no answer for `what`: it is where the recorded process died,
+        or was cancelled while waiting for it. Anything else is a divergence."""
+        end = self.current.end_state
+        if end is None:
+            raise ProcessDied(what)
+        if end == "cancelled":
+            self.token.cancel()
+            await asyncio.Event().wait()  # abandoned by the cancellation, as it was
+        raise ReplayDivergenceError(f"{what} is not in the record")
+
+
+class SegmentedModel:
+    """Answers each segment's model calls from that segment's record."""
+
+    def __init__(self, progress: _Progress, name: str) -> None:
+        self._progress = progress
+        self._models = [ReplayModel(part.events) for part in progress.parts]
+        self.name = name
+
+    @property
+    def divergence(self) -> str | None:
+        return next((m.divergence for m in self._models if m.divergence), None)
+
+    async def acomplete(self, request: ModelRequest) -> ModelReply:
+        model = self._models[self._progress.index]
+        if model.remaining == 0:
+            await self._progress.unanswered("a model call")
+        return await model.acomplete(request)
+
+
+class ReplayEffects:
+    """Answers tool calls and clock readings from the record instead of the world.
+
+    It is also an audit sink of the replaying agent: the transitions the replay
+    fires tell it which recorded transition comes next, whose clock reading and
+    cancellation it then plays back, and a transition the dead process never
+    recorded is where the replay of its segment stops.
+    """
+
+    def __init__(
+        self, events: Sequence[Mapping[str, Any]], progress: _Progress | None = None
+    ) -> None:
+        """`progress` says which segment is replayed; by default the events are one."""
+        progress = (
+            progress if progress is not None else _Progress(segments(events) or [Segment(())])
+        )
+        self._progress = progress
+        self._outcomes: list[dict[str, ToolOutcome]] = [
+            _tool_outcomes(part.events) for part in progress.parts
         ]
-        self._tick = 0
+        self._fired = [e for e in events if e["event"] == "transition.fired"]
+        self._clock = [0.0] + [float(e.get("elapsed_s", 0.0)) for e in self._fired]
+        self._seq = 0
+        self._starting = True
         self.divergence: str | None = None
+
+    def begin(self, start_seq: int) -> None:
+        """A segment starts after transition `start_seq`: the clock carries on from there
+        (its first reading, when the run starts, is that transition's)."""
+        self._seq = start_seq
+        self._starting = True
+
+    def write(self, event: Mapping[str, Any]) -> None:
+        """Follow the replay's transitions; stop a dead process's segment at one it never
+        wrote (before the transition is checkpointed, as a death there would)."""
+        if event.get("event") != "transition.fired":
+            return
+        seq = int(event["seq"])
+        segment = self._progress.current
+        if segment.ended is None and seq > segment.last_seq:
+            raise ProcessDied(f"transition {seq}")
+        self._seq = seq
+
+    def close(self) -> None:
+        return None
 
     async def call_model(self, model: Model, request: ModelRequest) -> ModelReply:
         return await model.acomplete(request)
@@ -77,9 +204,12 @@ class ReplayEffects:
         on_outcome: Callable[[ToolCall, ToolOutcome], None] | None = None,
     ) -> list[ToolOutcome]:
         outcomes = []
+        recorded = self._outcomes[self._progress.index]
         for call in calls:
-            outcome = self._outcomes.get(call.id)
+            outcome = recorded.get(call.id)
             if outcome is None:
+                if self._progress.current.ended is None:
+                    raise ProcessDied(f"tool call {call.id}")
                 self.divergence = self.divergence or f"tool call {call.id} is not in the record"
                 raise ReplayDivergenceError(self.divergence)
             found = registry.get(call.name)
@@ -91,10 +221,18 @@ class ReplayEffects:
         return outcomes
 
     def monotonic(self) -> float:
-        """The recorded elapsed time at each transition, so time limits trip as they did."""
-        value = self._clock[min(self._tick, len(self._clock) - 1)]
-        self._tick += 1
-        return value
+        """The recorded elapsed time at the next transition, so time limits trip as they
+        did; and where the record shows the host had asked to cancel by then, the
+        replay's cancel token is cancelled."""
+        if self._starting:
+            self._starting = False
+            return self._clock[min(self._seq, len(self._clock) - 1)]
+        upcoming = self._seq + 1
+        if upcoming <= min(len(self._fired), self._progress.current.last_seq):
+            guards = self._fired[upcoming - 1].get("guards") or {}
+            if guards.get("cancel_requested"):
+                self._progress.token.cancel()
+        return self._clock[min(upcoming, len(self._clock) - 1)]
 
 
 def _recorded_data(content: str) -> Any:
@@ -103,6 +241,22 @@ def _recorded_data(content: str) -> Any:
         return json.loads(content)
     except ValueError:
         return content
+
+
+def _tool_outcomes(events: Sequence[Mapping[str, Any]]) -> dict[str, ToolOutcome]:
+    outcomes: dict[str, ToolOutcome] = {}
+    for event in events:
+        if event["event"] in ("tool.finished", "tool.failed"):
+            failed = event["event"] == "tool.failed"
+            outcomes[str(event["tool_use_id"])] = ToolOutcome(
+                tool_use_id=str(event["tool_use_id"]),
+                name=str(event["tool"]),
+                content=str(event.get("content", "")),
+                is_error=failed,
+                error_kind=event.get("error_kind") if failed else None,
+                fatal=bool(event.get("fatal", False)),
+            )
+    return outcomes
 
 
 def _steps(records: Sequence[Mapping[str, Any]]) -> list[Step]:
@@ -165,40 +319,66 @@ def _recorded_verdicts(events: Sequence[Mapping[str, Any]]) -> Callable[[Claim],
     return verifier
 
 
+def _decision(event: Mapping[str, Any], events: Sequence[Mapping[str, Any]]) -> PolicyAnswer:
+    """The decision an `approval.decided` event records, with the denial message or the
+    edited input taken from the events of that call."""
+    call = str(event["tool_use_id"])
+    kind = str(event["decision"])
+    if kind == "approve":
+        return Approve()
+    if kind == "deny":
+        denied = [e for e in events if e["event"] == "tool.failed" and e.get("tool_use_id") == call]
+        return Deny(str(denied[-1]["content"])) if denied else Deny()
+    if kind == "edit":
+        called = [e for e in events if e["event"] == "tool.called" and e.get("tool_use_id") == call]
+        return Edit(dict(called[-1].get("input") or {}) if called else {})
+    return Defer()
+
+
 def _recorded_approvals(events: Sequence[Mapping[str, Any]]) -> Callable[[ToolCall], PolicyAnswer]:
     decided = {
-        str(e["tool_use_id"]): str(e["decision"])
+        str(e["tool_use_id"]): _decision(e, events)
         for e in events
         if e["event"] == "approval.decided" and e.get("source") != "resume"
     }
 
     def policy(call: ToolCall) -> PolicyAnswer:
-        decision = decided.get(call.id, "defer")
-        if decision == "approve":
-            return Approve()
-        if decision == "deny":
-            return Deny()
-        return Defer()
+        return decided.get(call.id, Defer())
 
     return policy
 
 
+def _resume_decisions(segment: Segment) -> dict[str, Decision]:
+    """The decisions passed to the `resume` that started `segment`."""
+    decisions: dict[str, Decision] = {}
+    for event in segment.events:
+        if event["event"] == "approval.decided" and event.get("source") == "resume":
+            answer = _decision(event, segment.events)
+            if not isinstance(answer, Defer):
+                decisions[str(event["tool_use_id"])] = answer
+    return decisions
+
+
 def replay(audit: str | Path, *, output_type: Any = None) -> ReplayReport:
-    """Re-run the run recorded in `audit` offline and compare its transitions.
+    """Re-run the run recorded in `audit` offline, segment by segment, and compare its
+    transitions with the recorded ones.
 
     A run with an output type replays with it: `output_type` rebuilds the typed
     answer (`report.result.output`); without it, the recorded `final_result`
     schema is used and the answer is its JSON form.
     """
     events = read_events(Path(audit))
-    started = next((e for e in events if e["event"] == "run.started"), None)
-    if started is None:
+    parts = segments(events)
+    started = parts[0].events[0]
+    if started["event"] != "run.started":
         raise ValueError(f"{audit}: no run.started event; is this an audit file of one run?")
-    if any(e["event"] == "run.resumed" for e in events):
-        raise ValueError(f"{audit}: the run was resumed; replaying resumed runs is not supported")
+    if sum(1 for e in events if e["event"] == "run.started") > 1:
+        raise ValueError(f"{audit}: the file holds more than one run.started; replay one run")
     settings: RunSettings = from_plain(RunSettings, started["settings"], "settings")
-    model = ReplayModel(events)
-    effects = ReplayEffects(events)
+    progress = _Progress(parts)
+    model = SegmentedModel(progress, str(started.get("model") or "replay"))
+    effects = ReplayEffects(events, progress)
+    seen = MemorySink()
     agent = Agent(
         model,
         tools=_stub_tools(started),
@@ -222,12 +402,29 @@ def replay(audit: str | Path, *, output_type: Any = None) -> ReplayReport:
         ),
         approval=_recorded_approvals(events),
         effects=effects,
+        checkpointer=MemoryCheckpointer(),
+        audit=Audit(sinks=[effects, seen]),
     )
     messages = list(started.get("messages") or [])
-    result = agent.run(messages[-1]["content"], history=messages[:-1], run_id=started["run_id"])
+    run_id = str(started["run_id"])
+    result: RunResult | None = None
+    for index, part in enumerate(parts):
+        token = progress.begin(index)
+        effects.begin(int(part.events[0].get("seq") or 0))
+        try:
+            if index == 0:
+                result = agent.run(
+                    messages[-1]["content"], history=messages[:-1], run_id=run_id, cancel=token
+                )
+            else:
+                result = agent.resume(run_id, decisions=_resume_decisions(part), cancel=token)
+        except ProcessDied:
+            continue
     recorded = _steps([e for e in events if e["event"] == "transition.fired"])
-    replayed = _steps([t.to_dict() for t in result.trail])
+    replayed = _steps([e for e in seen.events if e["event"] == "transition.fired"])
     difference = model.divergence or effects.divergence
+    if result is None:
+        raise ValueError(f"{audit}: the run never reached an end state, so nothing to compare")
     if difference is None:
         for index, (want, got) in enumerate(zip(recorded, replayed, strict=False), start=1):
             if want != got:

@@ -27,6 +27,7 @@ from statemachine_agent import (
     finish,
     tool,
 )
+from statemachine_agent.audit.chain import verify_file
 from statemachine_agent.persistence import (
     MemoryCheckpointer,
     PostgresCheckpointer,
@@ -35,6 +36,7 @@ from statemachine_agent.persistence import (
 )
 from statemachine_agent.persistence.codec import record_to_plain, to_plain
 from statemachine_agent.persistence.delta import fold
+from statemachine_agent.replay import replay
 from statemachine_agent.testing import replies
 from statemachine_agent.testing.assertions import assert_end_state, assert_fired
 from statemachine_agent.testing.postgres import LocalPostgres
@@ -206,6 +208,12 @@ class TestCrashResume:
         keys = [line.split()[0] for line in paid]
         assert sorted(set(keys)) == [f"{RUN_ID}:toolu_pay5", f"{RUN_ID}:toolu_pay7"]
         assert len(keys) == len(set(keys)), "a payment was made twice"
+        audit = tmp_path / "audit" / f"{RUN_ID}.jsonl"
+        assert verify_file(audit).ok, "the resume continues the file's hash chain"
+        replayed = replay(audit)
+        assert replayed.matched, replayed.difference
+        assert replayed.result.end_state == "completed"
+        assert replayed.result.messages == reference["messages"]
 
     def test_recorded_tool_is_not_run_again(self, tmp_path: Path) -> None:
         """Killed after the first payment's result was recorded, the resume skips it."""

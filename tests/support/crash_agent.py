@@ -3,7 +3,9 @@
 Usage: python -m tests.support.crash_agent run|resume DB LEDGER [KILL_EVENT]
 
 The model answers by how far the conversation has got (not by how often it was
-called), so a resumed process gets the same replies as the one that died.
+called), so a resumed process gets the same replies as the one that died. The
+audit file goes to `audit/` next to DB; the kill comes before the event that
+triggers it is written there, as a real death between two lines would.
 """
 
 from __future__ import annotations
@@ -87,7 +89,7 @@ def build(db: Path, ledger: Path, kill: str | None) -> Agent:
         ProgressModel(),
         tools=[lookup, pay],
         checkpointer=SQLiteCheckpointer(db),
-        audit=Audit(sinks=sinks),
+        audit=Audit(dir=db.parent / "audit", sinks=sinks),
         stall=None,
     )
 
