@@ -5,74 +5,96 @@ models, tools and policies, what a verifier, an approval policy, an audit sink
 or a store is written against, and the errors the API raises. The subpackages
 are implementation; `statemachine_agent.testing` (test helpers) and the engine
 adapters (`statemachine_agent.effects.dbos`, `.temporal`) are imported on their own.
+
+Every name is imported on first use (PEP 562 `__getattr__`), so importing the
+package, or running `statemachine-agent --help`, loads none of the SDKs, the
+terminal library or the engine until something asks for them; type checkers
+read the same imports from the `TYPE_CHECKING` block.
 """
 
+import importlib
 from typing import TYPE_CHECKING
 
-from statemachine_agent.agent import Agent, RunHandle
-from statemachine_agent.audit.config import Audit
-from statemachine_agent.audit.redact import Redactor
-from statemachine_agent.audit.sink import AuditSink, JsonlSink, MemorySink, read_events
-from statemachine_agent.conversation import Conversation, ConversationEndedError
-from statemachine_agent.effects.base import Effects
-from statemachine_agent.machine.engine import CancelToken
-from statemachine_agent.machine.result import RunResult
-from statemachine_agent.machine.resume import RunAlreadyEndedError
-from statemachine_agent.machine.run import TransitionRecord
-from statemachine_agent.models.anthropic import AnthropicModel, MissingAPIKeyError
-from statemachine_agent.models.base import Model, ModelError, ModelReply, ModelRequest, Usage
-from statemachine_agent.models.replay import ReplayDivergenceError, ReplayModel
-from statemachine_agent.models.scripted import ScriptedModel
-from statemachine_agent.output import OutputTypeError
-from statemachine_agent.persistence.base import (
-    Checkpointer,
-    MemoryCheckpointer,
-    RunNotFoundError,
-    RunSummary,
-    load_record,
-)
-from statemachine_agent.persistence.codec import SerializationError
-from statemachine_agent.persistence.sqlite import SQLiteCheckpointer
-from statemachine_agent.policy.approval import (
-    ApprovalPolicy,
-    Approve,
-    Decision,
-    Defer,
-    Deny,
-    Edit,
-    PolicyAnswer,
-)
-from statemachine_agent.policy.budget import Budget
-from statemachine_agent.policy.context import ContextPolicy
-from statemachine_agent.policy.pricing import Price, UnknownModelPriceError
-from statemachine_agent.policy.reflection import ReflectionPolicy
-from statemachine_agent.policy.stall import StallPolicy
-from statemachine_agent.policy.verify import Claim, Verdict, Verifier, VerifyPolicy
-from statemachine_agent.tools.base import Tool, ToolCall, ToolOutcome
-from statemachine_agent.tools.builtin import calculate, end_chat, finish, get_current_time
-from statemachine_agent.tools.context import RunContext
-from statemachine_agent.tools.decorator import tool
-from statemachine_agent.tools.registry import ToolError, ToolRegistry
-
 if TYPE_CHECKING:
+    from statemachine_agent.agent import Agent, RunHandle
+    from statemachine_agent.audit.config import Audit
+    from statemachine_agent.audit.redact import Redactor
+    from statemachine_agent.audit.sink import AuditSink, JsonlSink, MemorySink, read_events
+    from statemachine_agent.conversation import Conversation, ConversationEndedError
+    from statemachine_agent.effects.base import Effects
+    from statemachine_agent.machine.engine import CancelToken
+    from statemachine_agent.machine.result import RunResult
+    from statemachine_agent.machine.resume import RunAlreadyEndedError
+    from statemachine_agent.machine.run import TransitionRecord
+    from statemachine_agent.models.anthropic import AnthropicModel, MissingAPIKeyError
+    from statemachine_agent.models.base import Model, ModelError, ModelReply, ModelRequest, Usage
     from statemachine_agent.models.openai import MissingOpenAIKeyError, OpenAIModel
+    from statemachine_agent.models.replay import ReplayDivergenceError, ReplayModel
+    from statemachine_agent.models.scripted import ScriptedModel
+    from statemachine_agent.output import OutputTypeError
+    from statemachine_agent.persistence.base import (
+        Checkpointer,
+        MemoryCheckpointer,
+        RunNotFoundError,
+        RunSummary,
+        load_record,
+    )
+    from statemachine_agent.persistence.codec import SerializationError
     from statemachine_agent.persistence.postgres import PostgresCheckpointer
+    from statemachine_agent.persistence.sqlite import SQLiteCheckpointer
+    from statemachine_agent.policy.approval import (
+        ApprovalPolicy,
+        Approve,
+        Decision,
+        Defer,
+        Deny,
+        Edit,
+        PolicyAnswer,
+    )
+    from statemachine_agent.policy.budget import Budget
+    from statemachine_agent.policy.context import ContextPolicy
+    from statemachine_agent.policy.pricing import Price, UnknownModelPriceError
+    from statemachine_agent.policy.reflection import ReflectionPolicy
+    from statemachine_agent.policy.stall import StallPolicy
+    from statemachine_agent.policy.verify import Claim, Verdict, Verifier, VerifyPolicy
+    from statemachine_agent.tools.base import Tool, ToolCall, ToolOutcome
+    from statemachine_agent.tools.builtin import calculate, end_chat, finish, get_current_time
+    from statemachine_agent.tools.context import RunContext
+    from statemachine_agent.tools.decorator import tool
+    from statemachine_agent.tools.registry import ToolError, ToolRegistry
 
-_LAZY = {
-    "MissingOpenAIKeyError": "statemachine_agent.models.openai",
-    "OpenAIModel": "statemachine_agent.models.openai",
-    "PostgresCheckpointer": "statemachine_agent.persistence.postgres",
-}
-"""Names imported on first use: their modules serve optional extras (`openai`, `postgres`)."""
+
+def _exports() -> dict[str, str]:
+    """Each public name and the module it comes from, read off the `TYPE_CHECKING`
+    imports above (so every name is declared once, there)."""
+    import ast
+    from pathlib import Path
+
+    tree = ast.parse(Path(__file__).read_text(encoding="utf-8"))
+    block = next(node for node in tree.body if isinstance(node, ast.If))
+    return {
+        alias.name: str(node.module)
+        for node in block.body
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
+
+
+_LAZY = _exports()
+"""Names imported on first use, with their modules."""
 
 
 def __getattr__(name: str) -> object:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
 
-    return getattr(importlib.import_module(module), name)
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
 
 
 __all__ = [

@@ -12,11 +12,37 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from statemachine_agent.models.anthropic import AnthropicModel
     from statemachine_agent.tools.base import Tool
+
+MISSING_KEY = (
+    "ANTHROPIC_API_KEY is not set: export ANTHROPIC_API_KEY=... with a key from the "
+    "Anthropic Console (or try `statemachine-agent demo`, which needs none)"
+)
+"""What a CLI user is told without a key: the variable to set, not the library's `api_key=`."""
+
+DEFAULT_SYSTEM = "You are a helpful assistant. Use tools when useful."
+"""The system prompt of `run` and `chat` unless `--system` says otherwise."""
+
+# Help texts that more than one command's flags share.
+AUDIT_HELP = "a run's audit file (demo and run print its path)"
+KEY_HELP = "the audit_key the run was written with (its chain is an HMAC)"
+MODEL_HELP = "the Claude model (default: %(default)s)"
+SYSTEM_HELP = "the system prompt (default: %(default)r)"
 
 
 class UsageError(Exception):
     """Something the user got wrong; `main` prints it as one line and exits 2."""
+
+
+def claude(name: str) -> AnthropicModel:
+    """The Claude model `--model` names; without an API key, a usage error saying what to set."""
+    from statemachine_agent.models.anthropic import AnthropicModel, MissingAPIKeyError
+
+    try:
+        return AnthropicModel(name)
+    except MissingAPIKeyError as exc:
+        raise UsageError(MISSING_KEY) from exc
 
 
 def ensure_audit_dir(args: argparse.Namespace) -> Path:

@@ -5,35 +5,41 @@ configures no logging): a console view of the transitions as they fire, or one
 JSON object a line. Every mistake a user can make (a bad flag, a missing or
 malformed file, no API key) ends in one line on stderr and exit status 2, never
 a traceback: commands raise `UsageError` and `main` prints it.
+
+What only some commands need (the engine, structlog, rich, the SDKs) is imported
+inside them, so `statemachine-agent --help` loads none of it.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
-import structlog
-
 from statemachine_agent import diagrams
 from statemachine_agent._cli_common import (
+    AUDIT_HELP,
+    DEFAULT_SYSTEM,
+    KEY_HELP,
+    MODEL_HELP,
+    SYSTEM_HELP,
     TOOL_SETS,
     UsageError,
     builtin_tools,
+    claude,
     ensure_audit_dir,
     load_events,
 )
-from statemachine_agent.agent import Agent
-from statemachine_agent.audit.config import Audit
 from statemachine_agent.machine.ends import EXIT_CODES
-from statemachine_agent.machine.result import RunResult
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from statemachine_agent.audit.chain import Verification
+    from statemachine_agent.machine.result import RunResult
 
 
 def console_renderer(_logger: Any, _method: str, event: dict[str, Any]) -> str:
@@ -52,6 +58,8 @@ def console_renderer(_logger: Any, _method: str, event: dict[str, Any]) -> str:
     if name == "tool.failed":
         failure = f"FAILED ({event['error_kind']}): {_short(event['content'])}"
         return f"{'':13}tool {event['tool']} {failure}"
+    import structlog
+
     raise structlog.DropEvent
 
 
@@ -63,6 +71,8 @@ def _short(value: Any, limit: int = 80) -> str:
 
 def make_logger(fmt: str, stream: TextIO) -> Any:
     """A logger for this command only: no global structlog configuration."""
+    import structlog
+
     renderer: Any = (
         structlog.processors.JSONRenderer(sort_keys=False) if fmt == "json" else console_renderer
     )
@@ -77,12 +87,22 @@ def _summary(result: RunResult, stream: TextIO, redact: Callable[[Any], Any]) ->
     print(f"\nAnswer:     {redact(result.text) or '(none)'}", file=stream)
     print(f"End state:  {result.end_state} ({redact(result.reason)})", file=stream)
     print(
-        f"Usage:      {result.iterations} model calls, {result.usage.total_tokens} tokens, "
-        f"${result.cost_usd:.4f}",
+        f"Usage:      {_calls(result)}, {result.usage.total_tokens} tokens, ${result.cost_usd:.4f}",
         file=stream,
     )
     if result.audit_path:
         print(f"Audit file: {result.audit_path}", file=stream)
+
+
+def _calls(result: RunResult) -> str:
+    """The model calls as the audit file counts them (a salvage or critic call is one too,
+    and was paid for), so this line and `inspect` agree."""
+    from statemachine_agent.audit.sink import read_events
+    from statemachine_agent.report.build import describe_calls, model_calls
+
+    if result.audit_path is None or not result.audit_path.exists():
+        return describe_calls(Counter(loop=result.iterations))
+    return describe_calls(model_calls(read_events(result.audit_path)))
 
 
 def _text_stream(args: argparse.Namespace) -> TextIO:
@@ -104,11 +124,14 @@ def _write(path: str, text: str) -> None:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    from statemachine_agent.agent import Agent
+    from statemachine_agent.audit.config import Audit
     from statemachine_agent.demos import SCENARIOS
 
     if args.list:
+        width = max(len(name) for name in SCENARIOS)
         for scenario in SCENARIOS.values():
-            print(f"{scenario.name}  {scenario.title}")
+            print(f"{scenario.name:<{width}}  {scenario.title}")
         return 0
     if args.scenario not in SCENARIOS:
         raise UsageError(f"unknown scenario {args.scenario!r}; see `demo --list`")
@@ -144,15 +167,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """A real run against the Messages API, with a live status line on stderr."""
-    from statemachine_agent.models.anthropic import AnthropicModel, MissingAPIKeyError
+    from statemachine_agent.agent import Agent
+    from statemachine_agent.audit.config import Audit
     from statemachine_agent.policy.budget import Budget
     from statemachine_agent.policy.pricing import UnknownModelPriceError
     from statemachine_agent.report.live import RunProgress, live_status
 
-    try:
-        model = AnthropicModel(args.model)
-    except MissingAPIKeyError as exc:
-        raise UsageError(str(exc)) from exc
+    model = claude(args.model)
     try:
         budget = Budget(max_iterations=args.max_iterations, max_cost_usd=args.max_cost)
     except ValueError as exc:
@@ -263,9 +284,6 @@ def cmd_diagram(args: argparse.Namespace) -> int:
     return 0
 
 
-KEY_HELP = "the audit_key the run was written with (its chain is an HMAC)"
-
-
 def _positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -294,26 +312,51 @@ def parser() -> argparse.ArgumentParser:
         prog="statemachine-agent", description="An auditable agent loop as a state machine."
     )
     common = OneLineParser(add_help=False)
-    common.add_argument("--log-format", choices=("console", "json"), default="console")
-    common.add_argument("--audit-dir", default="audit", help="where run audit files go")
+    common.add_argument(
+        "--log-format",
+        choices=("console", "json"),
+        default="console",
+        help="console: each transition and tool call as it happens; json: every event as a "
+        "JSON line on stdout, the summary on stderr (default: console)",
+    )
+    common.add_argument(
+        "--audit-dir", default="audit", help="where run audit files go (default: audit)"
+    )
     sub = top.add_subparsers(dest="command", required=True)
 
     demo = sub.add_parser("demo", parents=[common], help="run an offline scenario")
-    demo.add_argument("--scenario", default="time-calculate")
+    demo.add_argument(
+        "--scenario",
+        default="time-calculate",
+        metavar="NAME",
+        help="which offline scenario to run, from `demo --list` (default: time-calculate)",
+    )
     demo.add_argument("--list", action="store_true", help="list the scenarios")
     demo.set_defaults(func=cmd_demo)
 
     run = sub.add_parser("run", parents=[common], help="run a prompt against Claude")
-    run.add_argument("prompt")
-    run.add_argument("--model", default=DEFAULT_MODEL)
-    run.add_argument("--system", default="You are a helpful assistant. Use tools when useful.")
-    run.add_argument("--max-iterations", type=_positive_int, default=15, metavar="N")
-    run.add_argument("--max-cost", type=_positive_float, default=None, metavar="USD")
+    run.add_argument("prompt", help="what to ask Claude")
+    run.add_argument("--model", default=DEFAULT_MODEL, help=MODEL_HELP)
+    run.add_argument("--system", default=DEFAULT_SYSTEM, help=SYSTEM_HELP)
+    run.add_argument(
+        "--max-iterations",
+        type=_positive_int,
+        default=15,
+        metavar="N",
+        help="at most N model calls of the loop, then budget_exhausted (default: 15)",
+    )
+    run.add_argument(
+        "--max-cost",
+        type=_positive_float,
+        default=None,
+        metavar="USD",
+        help="stop once the run has cost this much (default: no limit)",
+    )
     run.add_argument(
         "--tools",
         choices=TOOL_SETS,
         default="builtin",
-        help="builtin: get_current_time, calculate, finish; none: no tools",
+        help="builtin: get_current_time, calculate, finish; none: no tools (default: builtin)",
     )
     run.set_defaults(func=cmd_run)
 
@@ -335,13 +378,13 @@ def parser() -> argparse.ArgumentParser:
     diagram.set_defaults(func=cmd_diagram)
 
     report = sub.add_parser("report", help="write a run's audit file as one HTML page")
-    report.add_argument("audit", metavar="AUDIT.jsonl")
+    report.add_argument("audit", metavar="AUDIT.jsonl", help=AUDIT_HELP)
     report.add_argument("-o", "--output", metavar="FILE", help="default: AUDIT.html")
     report.add_argument("--key", help=KEY_HELP)
     report.set_defaults(func=cmd_report)
 
     inspect = sub.add_parser("inspect", help="print a run's iterations as a table")
-    inspect.add_argument("audit", metavar="AUDIT.jsonl")
+    inspect.add_argument("audit", metavar="AUDIT.jsonl", help=AUDIT_HELP)
     inspect.add_argument("--key", help=KEY_HELP)
     inspect.set_defaults(func=cmd_inspect)
 
@@ -352,13 +395,13 @@ def parser() -> argparse.ArgumentParser:
         "line was edited, deleted, inserted or reordered (the first is named), 3 when the "
         "chain holds but the file does not end with run.ended (cut short, or unfinished).",
     )
-    verify.add_argument("audit", metavar="AUDIT.jsonl")
+    verify.add_argument("audit", metavar="AUDIT.jsonl", help=AUDIT_HELP)
     verify.add_argument("--key", help=KEY_HELP)
     verify.set_defaults(func=cmd_verify)
 
     from statemachine_agent.cli_sessions import add_commands
 
-    add_commands(sub, common, DEFAULT_MODEL)
+    add_commands(sub, common)
     return top
 
 

@@ -10,7 +10,18 @@ import argparse
 import sys
 from typing import Any
 
-from statemachine_agent._cli_common import UsageError, builtin_tools, ensure_audit_dir, load_events
+from statemachine_agent._cli_common import (
+    AUDIT_HELP,
+    DEFAULT_SYSTEM,
+    MODEL_HELP,
+    SYSTEM_HELP,
+    TOOL_SETS,
+    UsageError,
+    builtin_tools,
+    claude,
+    ensure_audit_dir,
+    load_events,
+)
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -38,13 +49,9 @@ def cmd_chat(args: argparse.Namespace) -> int:
     from statemachine_agent.agent import Agent
     from statemachine_agent.chat import repl
     from statemachine_agent.conversation import Conversation
-    from statemachine_agent.models.anthropic import AnthropicModel, MissingAPIKeyError
     from statemachine_agent.tools.builtin import end_chat
 
-    try:
-        model = AnthropicModel(args.model)
-    except MissingAPIKeyError as exc:
-        raise UsageError(str(exc)) from exc
+    model = claude(args.model)
     agent = Agent(
         model,
         tools=[*builtin_tools(args.tools), end_chat],
@@ -59,15 +66,27 @@ def _read_line(prompt: str) -> str:
     return input(prompt)
 
 
-def add_commands(sub: Any, common: argparse.ArgumentParser, default_model: str) -> None:
+def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     """Register `replay` and `chat` on the CLI's subcommand parser."""
+    from statemachine_agent.models.base import DEFAULT_MODEL
+
     replay = sub.add_parser("replay", help="re-run a recorded run offline and compare")
-    replay.add_argument("audit", metavar="AUDIT.jsonl")
+    replay.add_argument("audit", metavar="AUDIT.jsonl", help=AUDIT_HELP)
     replay.set_defaults(func=cmd_replay)
 
     chat = sub.add_parser("chat", help="chat with Claude in the terminal")
-    chat.add_argument("--audit-dir", default="audit", help="where each turn's audit file goes")
-    chat.add_argument("--model", default=default_model)
-    chat.add_argument("--system", default="You are a helpful assistant. Use tools when useful.")
-    chat.add_argument("--tools", choices=("builtin", "none"), default="builtin")
+    chat.add_argument(
+        "--audit-dir",
+        default="audit",
+        help="where each turn's audit file goes (default: audit)",
+    )
+    chat.add_argument("--model", default=DEFAULT_MODEL, help=MODEL_HELP)
+    chat.add_argument("--system", default=DEFAULT_SYSTEM, help=SYSTEM_HELP)
+    chat.add_argument(
+        "--tools",
+        choices=TOOL_SETS,
+        default="builtin",
+        help="builtin: get_current_time, calculate, finish (with end_chat); "
+        "none: end_chat only (default: builtin)",
+    )
     chat.set_defaults(func=cmd_chat)

@@ -14,6 +14,7 @@ first model call, if any transitions happen there, form the `preamble`.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,6 +39,27 @@ _NOTE_EVENTS: Mapping[str, bool] = {
     "context.summary_failed": True,
 }
 """Events shown as one-line notes in their iteration."""
+
+
+MODEL_CALL_EVENTS = ("model.replied", "model.failed")
+"""The events that close a model call: one per call, whatever its purpose."""
+
+
+def model_calls(events: Iterable[Mapping[str, Any]]) -> Counter[str]:
+    """The model calls a run made, by purpose (`loop` for its own, `salvage`, `critic`):
+    every call the budget was charged for, not only the loop's iterations."""
+    return Counter(
+        _str(e.get("purpose")) or "loop" for e in events if e.get("event") in MODEL_CALL_EVENTS
+    )
+
+
+def describe_calls(calls: Counter[str]) -> str:
+    """`4 model calls (1 salvage)`: the total, and the calls that were not the loop's."""
+    total = sum(calls.values())
+    others = ", ".join(
+        f"{n} {purpose}" for purpose, n in sorted(calls.items()) if purpose != "loop"
+    )
+    return f"{total} model call{'s' if total != 1 else ''}" + (f" ({others})" if others else "")
 
 
 class ReportError(ValueError):
@@ -233,6 +255,8 @@ class Report:
     event_count: int
     summaries: tuple[SummaryStep, ...] = ()
     """Each time older exchanges were replaced by a summary (`context.summarized`)."""
+    calls: Counter[str] = field(default_factory=Counter)
+    """Model calls by purpose (`model_calls`)."""
 
     @property
     def tokens(self) -> Tokens:
@@ -286,6 +310,7 @@ def build(events: Sequence[Mapping[str, Any]]) -> Report:
         points=_points(transitions, outcome),
         event_count=len(events),
         summaries=_summaries(events),
+        calls=model_calls(events),
     )
 
 

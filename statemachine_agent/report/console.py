@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from statemachine_agent.audit.chain import Verification
-from statemachine_agent.report.build import Iteration, Report, SummaryStep, Tokens
+from statemachine_agent.report.build import Iteration, Report, SummaryStep, Tokens, describe_calls
 from statemachine_agent.report.fmt import count, usd
 
 NOTE_WIDTH = 72
@@ -45,7 +45,7 @@ def inspect_table(report: Report) -> Table:
     table.add_row(
         Text("total", style="bold"),
         f"{len(report.transitions)} transitions",
-        f"{len(report.iterations)} model calls",
+        describe_calls(report.calls),
         tools,
         _tokens(tokens),
         usd(report.cost_usd),
