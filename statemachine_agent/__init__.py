@@ -61,6 +61,7 @@ if TYPE_CHECKING:
     from statemachine_agent.tools.builtin import calculate, end_chat, finish, get_current_time
     from statemachine_agent.tools.context import RunContext
     from statemachine_agent.tools.decorator import tool
+    from statemachine_agent.tools.mcp import MCPToolset
     from statemachine_agent.tools.registry import ToolError, ToolRegistry
 
 
@@ -117,6 +118,7 @@ __all__ = [
     "Edit",
     "Effects",
     "JsonlSink",
+    "MCPToolset",
     "MemoryCheckpointer",
     "MemorySink",
     "MissingAPIKeyError",

@@ -37,6 +37,7 @@ from statemachine_agent.persistence.base import Checkpointer, MemoryCheckpointer
 from statemachine_agent.persistence.codec import to_plain
 from statemachine_agent.persistence.delta import CheckpointWriter
 from statemachine_agent.persistence.sqlite import SQLiteCheckpointer
+from statemachine_agent.phases.perceive import refresh_tools
 from statemachine_agent.policy.approval import ApprovalPolicy, Decision
 from statemachine_agent.policy.budget import Budget
 from statemachine_agent.policy.context import ContextPolicy
@@ -50,6 +51,7 @@ from statemachine_agent.telemetry import TraceSink, provider_name, tracer_provid
 from statemachine_agent.tools.base import Tool
 from statemachine_agent.tools.decorator import tool as make_tool
 from statemachine_agent.tools.registry import ToolRegistry
+from statemachine_agent.tools.toolset import Toolset
 from statemachine_agent.unicode import repair
 
 DEFAULT_STALL = StallPolicy()
@@ -84,7 +86,7 @@ class Agent:
     def __init__(
         self,
         model: Model | str,
-        tools: Iterable[Tool | Callable[..., Any]] | ToolRegistry = (),
+        tools: Iterable[Tool | Toolset | Callable[..., Any]] | ToolRegistry = (),
         system: str | None = None,
         *,
         name: str = "agent",
@@ -111,7 +113,8 @@ class Agent:
         Args:
             model: a `Model` (`AnthropicModel`, `ScriptedModel`, ...) or a Claude
                 model name, which builds an `AnthropicModel`.
-            tools: `Tool`s, plain functions (wrapped with `@tool`) or a registry.
+            tools: `Tool`s, plain functions (wrapped with `@tool`), toolsets (an
+                `MCPToolset`: a server's tools, listed when a run starts) or a registry.
             system: the system prompt, sent (and cached) with every call.
             name: a label, shown in `repr(agent)`.
             budget: the run's limits; defaults to `Budget()` (15 iterations).
@@ -156,7 +159,7 @@ class Agent:
         self._reflection = reflection
         self._verify = verify
         self._audit = audit
-        self._tools_given: ToolRegistry | tuple[Tool, ...] = (
+        self._tools_given: ToolRegistry | tuple[Tool | Toolset, ...] = (
             tools if isinstance(tools, ToolRegistry) else tuple(_as_tool(t) for t in tools)
         )
         registry = (
@@ -257,6 +260,33 @@ class Agent:
         return Agent(**{**current, **changes})
 
     __replace__ = replace  # `copy.replace(agent, ...)` (Python 3.13) does the same
+
+    async def aclose(self) -> None:
+        """Close what the agent's tools hold open: each toolset's session (and server).
+
+        A later run opens them again. `async with agent:` closes them on leaving.
+        """
+        await self.tools.aclose()
+
+    async def __aenter__(self) -> Agent:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def close(self) -> None:
+        """`aclose` for the blocking API (`with agent:` closes on leaving).
+
+        Blocking runs keep a toolset's session open on the thread's kept loop
+        between calls; it is also closed when the thread ends, or at exit.
+        """
+        run_blocking(self.aclose())
+
+    def __enter__(self) -> Agent:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     @property
     def model(self) -> Model:
@@ -616,6 +646,7 @@ class Agent:
                            host_deps=host_deps)  # fmt: skip
         ctx.writer = writer
         try:
+            await refresh_tools(ctx)  # a toolset's tools, before the run lists them
             return await self._engine.drive(
                 ctx,
                 cancel=cancel,
@@ -690,14 +721,17 @@ def _model(model: Model | str) -> Model:
     return model
 
 
-def _as_tool(item: Tool | Callable[..., Any]) -> Tool:
-    return item if isinstance(item, Tool) else make_tool(item)
+def _as_tool(item: Tool | Toolset | Callable[..., Any]) -> Tool | Toolset:
+    return item if isinstance(item, Tool | Toolset) else make_tool(item)
 
 
-def _registry(tools: Iterable[Tool], max_result_chars: int) -> ToolRegistry:
+def _registry(tools: Iterable[Tool | Toolset], max_result_chars: int) -> ToolRegistry:
     registry = ToolRegistry(max_result_chars=max_result_chars)
     for item in tools:
-        registry.register(item)
+        if isinstance(item, Toolset):
+            registry.add_toolset(item)
+        else:
+            registry.register(item)
     return registry
 
 
@@ -748,7 +782,10 @@ def resolve_checkpointer(
     if checkpointer is not None:
         return _storage_option(checkpointer)  # type: ignore[return-value]
     in_process = isinstance(effects, InProcessEffects)
-    if in_process and any(t.requires_approval for t in tools):
+    approvals = any(t.requires_approval for t in tools) or any(
+        t.may_require_approval for t in tools.toolsets
+    )
+    if in_process and approvals:
         return MemoryCheckpointer()
     return None
 

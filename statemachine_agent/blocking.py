@@ -16,19 +16,32 @@ Called where an event loop is already running (a notebook, a framework
 callback), the call runs on a worker thread kept for the calling thread, with
 that worker's own kept loop; nested calls from inside such a run get their own
 worker, so they never wait on a busy one.
+
+A task meant to serve later calls (an MCP toolset's session) is started with
+`create_kept_task`: on a kept loop it and the tasks it starts are not cancelled
+when a call returns, and its `close` is awaited when the loop is closed, before
+anything left is cancelled. On any other loop it is an ordinary task.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import contextvars
 import threading
 import weakref
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 Result = TypeVar("Result")
+
+Closer = Callable[[], Coroutine[Any, Any, None]]
+
+_KEPT: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "statemachine_agent_kept", default=False
+)
+"""Set in the context of a kept task, so the tasks it starts (which copy it) are kept too."""
 
 
 class _ThreadLoop:
@@ -38,15 +51,27 @@ class _ThreadLoop:
         self.runner = asyncio.Runner()
         self.worker: concurrent.futures.ThreadPoolExecutor | None = None
         self.workers: list[concurrent.futures.ThreadPoolExecutor] = []
-        weakref.finalize(self, _close, self.runner, self.workers)
+        self.kept: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
+        """Tasks that outlive the call that started them (see `create_kept_task`)."""
+        self.closers: dict[asyncio.Task[Any], Closer] = {}
+        """How to end each kept task started by `create_kept_task`, awaited at close."""
+        self._factory_set = False
+        weakref.finalize(self, _close, self.runner, self.workers, self.closers)
 
     def run(self, coro: Coroutine[Any, Any, Result]) -> Result:
+        if not self._factory_set:
+            self.runner.get_loop().set_task_factory(_kept_task_factory(self.kept))
+            self._factory_set = True
         try:
             # A copy of the caller's context, as `asyncio.run` gives: the runner's own
             # context would carry one call's context variables into the next.
             return self.runner.run(coro, context=contextvars.copy_context())
         finally:
-            _cancel_leftovers(self.runner.get_loop())
+            _cancel_leftovers(self.runner.get_loop(), self.kept)
+
+    def owns(self, loop: asyncio.AbstractEventLoop) -> bool:
+        """Whether `loop` is this kept loop."""
+        return self._factory_set and self.runner.get_loop() is loop
 
     def run_elsewhere(self, coro: Coroutine[Any, Any, Result]) -> Result:
         if self.worker is None:
@@ -70,8 +95,51 @@ def run_blocking(coro: Coroutine[Any, Any, Result]) -> Result:
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return holder.run(coro)
-    return holder.run_elsewhere(coro)
+        running = False
+    else:
+        running = True
+    # Not run inside the `except` block: its RuntimeError would be the context of every
+    # exception raised in the call, and one kept by a session (MCP) would keep this
+    # frame, and so the holder and the thread's loop, alive after the thread ended.
+    return holder.run_elsewhere(coro) if running else holder.run(coro)
+
+
+def create_kept_task(
+    coro: Coroutine[Any, Any, None], *, name: str, close: Closer
+) -> asyncio.Task[None]:
+    """Start `coro` as a task that may serve later sync calls on this loop.
+
+    On a thread's kept loop, neither the task nor the tasks it starts are cancelled
+    when the sync call that started it returns, and `close()` is awaited when the
+    loop is closed (the thread ended, or at exit). On any other loop this is
+    `create_task`: the task ends with its loop like any other.
+    """
+    context = contextvars.copy_context()
+    context.run(_KEPT.set, True)
+    loop = asyncio.get_running_loop()
+    task = loop.create_task(coro, name=name, context=context)
+    holder: _ThreadLoop | None = getattr(_local, "loop", None)
+    if holder is not None and holder.owns(loop):
+        closers = holder.closers  # not the holder: its finalizer must run when the thread ends
+        closers[task] = close
+        task.add_done_callback(lambda done: closers.pop(done, None))
+    return task
+
+
+def _kept_task_factory(kept: weakref.WeakSet[asyncio.Task[Any]]) -> Any:
+    """A task factory noting the tasks made in (or from) a kept task's context."""
+
+    def factory(
+        loop: asyncio.AbstractEventLoop,
+        coro: Coroutine[Any, Any, Any],
+        context: contextvars.Context | None = None,
+    ) -> asyncio.Task[Any]:
+        task = asyncio.Task(coro, loop=loop, context=context)
+        if context.get(_KEPT, False) if context is not None else _KEPT.get():
+            kept.add(task)
+        return task
+
+    return factory
 
 
 def thread_loop() -> asyncio.AbstractEventLoop | None:
@@ -80,11 +148,14 @@ def thread_loop() -> asyncio.AbstractEventLoop | None:
     return None if holder is None else holder.runner.get_loop()
 
 
-def _cancel_leftovers(loop: asyncio.AbstractEventLoop) -> None:
-    """Cancel the tasks a call left running and let them finish, as `asyncio.run` does."""
+def _cancel_leftovers(
+    loop: asyncio.AbstractEventLoop, kept: weakref.WeakSet[asyncio.Task[Any]]
+) -> None:
+    """Cancel the tasks a call left running and let them finish, as `asyncio.run` does
+    (all but the kept ones)."""
     if loop.is_closed():
         return
-    leftovers = [task for task in asyncio.all_tasks(loop) if not task.done()]
+    leftovers = [task for task in asyncio.all_tasks(loop) if not task.done() and task not in kept]
     if not leftovers:
         return
     for task in leftovers:
@@ -92,16 +163,33 @@ def _cancel_leftovers(loop: asyncio.AbstractEventLoop) -> None:
     loop.run_until_complete(asyncio.gather(*leftovers, return_exceptions=True))
 
 
-def _close(runner: asyncio.Runner, workers: list[concurrent.futures.ThreadPoolExecutor]) -> None:
-    """Close a kept loop (and its workers' loops): async generators, then the loop."""
+def _close(
+    runner: asyncio.Runner,
+    workers: list[concurrent.futures.ThreadPoolExecutor],
+    closers: dict[asyncio.Task[Any], Closer],
+) -> None:
+    """Close a kept loop (and its workers' loops): kept tasks, async generators, the loop."""
     for worker in workers:
         worker.shutdown(wait=True)
+
+    def shut() -> None:
+        if closers:
+            runner.run(_end_kept(list(closers.values())))
+        runner.close()
+
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        runner.close()
+        shut()
         return
     # Finalized from a thread whose own loop is running: close it from a helper thread.
-    closer = threading.Thread(target=runner.close, name="statemachine-agent-close")
+    closer = threading.Thread(target=shut, name="statemachine-agent-close")
     closer.start()
     closer.join()
+
+
+async def _end_kept(closers: list[Closer]) -> None:
+    """Await each kept task's closer; one that fails does not keep the others open."""
+    for close in closers:
+        with contextlib.suppress(Exception):  # closing at exit: nothing is left to tell
+            await close()

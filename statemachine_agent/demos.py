@@ -6,6 +6,7 @@ model could give, so a reader sees the machine work with no key and no network.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -19,6 +20,7 @@ from statemachine_agent.testing.replies import text, tool_use
 from statemachine_agent.tools.base import Tool
 from statemachine_agent.tools.builtin import calculate, make_current_time_tool
 from statemachine_agent.tools.decorator import tool
+from statemachine_agent.tools.toolset import Toolset
 
 DEMO_CLOCK = datetime(2026, 4, 11, 2, 28, tzinfo=UTC)
 """The demo pins time, so the scripted arithmetic (28 minutes x 15) is the right answer."""
@@ -30,7 +32,7 @@ class Scenario:
     title: str
     prompt: str
     system: str
-    tools: Callable[[], list[Tool]]
+    tools: Callable[[], list[Tool | Toolset]]
     replies: Callable[[], list[dict[str, Any]]]
     options: Callable[[], dict[str, Any]] = field(default=dict)
     """Further `Agent` arguments the scenario needs (a budget, a stall policy, ...)."""
@@ -177,6 +179,28 @@ APPROVAL_PAUSE = Scenario(
     decide=lambda pending: {call["tool_use_id"]: Approve() for call in pending},
 )
 
+
+def mcp_tools() -> list[Tool | Toolset]:
+    """Two tools of a real MCP server (a subprocess over stdio), named with a prefix."""
+    from statemachine_agent.tools.mcp import MCPToolset  # needs the `mcp` extra
+
+    server = ["-m", "statemachine_agent.testing.mcp_server", "stdio"]
+    return [MCPToolset.stdio(sys.executable, server, allow={"add", "document"}, prefix="notes_")]
+
+
+MCP_TOOLS = Scenario(
+    name="mcp",
+    title="MCP: a server's tools, listed over stdio, called like any tool (structured, resource)",
+    prompt="Add 17 and 25, then read me the memo.",
+    system="Use the notes server's tools.",
+    tools=mcp_tools,
+    replies=lambda: [
+        tool_use("notes_add", {"a": 17, "b": 25}),
+        tool_use("notes_document", {}),
+        text("17 + 25 = 42, and the memo says: memo body."),
+    ],
+)
+
 SCENARIOS: dict[str, Scenario] = {
     s.name: s
     for s in (
@@ -185,5 +209,6 @@ SCENARIOS: dict[str, Scenario] = {
         BUDGET_SALVAGE,
         STALL_INTERVENTION,
         APPROVAL_PAUSE,
+        MCP_TOOLS,
     )
 }

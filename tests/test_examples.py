@@ -7,6 +7,7 @@ run as the user would, as a script in a fresh interpreter.
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import json
 import shutil
@@ -156,6 +157,21 @@ class TestPersonalAssistant:
         draft, send = example.assistant_tools(example.Mailbox())
         assert (send.requires_approval, send.side_effect) == (True, True)
         assert (draft.requires_approval, draft.side_effect) == (False, False)
+
+
+class TestMCPTools:
+    """An MCP server's tools next to `calculate`, one session shared by two runs."""
+
+    def test_server_tools_and_an_ordinary_tool(self) -> None:
+        example = load("mcp_tools")
+        first, second = asyncio.run(example.amain())
+        assert_end_state(first, "completed")
+        assert_end_state(second, "completed")
+        calls = tool_results(first)
+        assert [name for name, _ in calls] == ["notes_add", "calculate"]
+        assert '"total": 42' in calls[0][1]
+        assert calls[1][1] == "84"
+        assert tool_results(second)[-1] == ("notes_document", "[resource memo://one]\nmemo body")
 
 
 class TestAsUsersRunThem:

@@ -67,6 +67,7 @@ EXPORTED = [
     "Edit",
     "Effects",
     "JsonlSink",
+    "MCPToolset",
     "MemoryCheckpointer",
     "MemorySink",
     "MissingAPIKeyError",
@@ -119,6 +120,7 @@ LAZY = {
     "OpenAIModel": ("statemachine_agent.models.openai", "openai"),
     "MissingOpenAIKeyError": ("statemachine_agent.models.openai", "openai"),
     "PostgresCheckpointer": ("statemachine_agent.persistence.postgres", "psycopg"),
+    "MCPToolset": ("statemachine_agent.tools.mcp", "mcp"),
 }
 """Names whose modules serve an optional extra: name -> (module, the extra's package)."""
 

@@ -27,6 +27,7 @@ class Perceive:
     """Builds the next request; the guards then decide whether it may be sent."""
 
     async def run(self, ctx: PhaseContext) -> Literal["prepared"]:
+        await refresh_tools(ctx)
         run, policy = ctx.state, ctx.deps.context
         if policy.compact_at_tokens is not None or policy.summarize_at_tokens is not None:
             run.summary.prompt_tokens = await measure(ctx)
@@ -36,6 +37,17 @@ class Perceive:
                 compact_history(ctx, keep=policy.keep_tool_results, forced=False)
         ctx.request = build_request(ctx)
         return "prepared"
+
+
+async def refresh_tools(ctx: PhaseContext) -> None:
+    """List the tools of toolsets whose list changed (or was never listed).
+
+    A toolset that cannot list keeps the tools it had; the run goes on without
+    the others, and each failure is a `toolset.failed` event.
+    """
+    run = ctx.state
+    for problem in await ctx.deps.tools.refresh():
+        ctx.emitter.emit("toolset.failed", iteration=run.iteration, error=problem)
 
 
 async def measure(ctx: PhaseContext) -> int:

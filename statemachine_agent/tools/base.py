@@ -148,6 +148,19 @@ class Tool:
 
 
 @dataclass(frozen=True, slots=True)
+class ToolContent:
+    """A handler's result that text alone cannot carry (an MCP server's images, documents).
+
+    The registry answers with `text` as the result's text, `blocks` (Messages API
+    `image` or `document` blocks) after it, and `data` as the raw value.
+    """
+
+    text: str
+    blocks: tuple[JSON, ...] = ()
+    data: Any = None
+
+
+@dataclass(frozen=True, slots=True)
 class ToolCall:
     """One `tool_use` block the model asked for."""
 
@@ -185,6 +198,10 @@ class ToolOutcome:
     the engine decides what to do with the flag. Never set for the model's own
     mistakes (unknown tool, invalid input).
     """
+    blocks: tuple[JSON, ...] = ()
+    """Content blocks sent after the text (images, documents: what text cannot carry),
+    from a handler that returned a `ToolContent`. `content` stays the text the audit
+    trail, the stall detector and truncation see."""
 
     def __post_init__(self) -> None:
         """Repair invalid Unicode (lone surrogates) in what the tool returned."""
@@ -195,7 +212,11 @@ class ToolOutcome:
         block: JSON = {
             "type": "tool_result",
             "tool_use_id": self.tool_use_id,
-            "content": self.content,
+            "content": (
+                [{"type": "text", "text": self.content}, *(dict(b) for b in self.blocks)]
+                if self.blocks
+                else self.content
+            ),
         }
         if self.is_error:
             block["is_error"] = True

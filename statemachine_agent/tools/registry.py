@@ -28,10 +28,11 @@ from typing import Any
 import jsonschema
 import pydantic
 
-from .base import IDEMPOTENCY_PARAM, JSON, ErrorKind, Tool, ToolCall, ToolOutcome
+from .base import IDEMPOTENCY_PARAM, JSON, ErrorKind, Tool, ToolCall, ToolContent, ToolOutcome
 from .context import call_context, context_parameter
 from .decorator import TOOL_NAME_PATTERN
 from .threads import DaemonWorkers
+from .toolset import Toolset, ToolsetError
 
 __all__ = ["EMPTY_RESULT", "UNTRUSTED_TAG", "ToolError", "ToolRegistry", "wrap_untrusted"]
 
@@ -82,6 +83,8 @@ class ToolRegistry:
         """Tools whose handler takes the idempotency key (decided once, at registration)."""
         self._contextual: dict[str, str] = {}
         """Tools whose handler takes a `RunContext`: the parameter's name, by tool."""
+        self._toolsets: dict[Toolset, tuple[str, ...]] = {}
+        """Each toolset, and the names of the tools it last listed."""
         for item in tools:
             self.register(item)
 
@@ -114,6 +117,59 @@ class ToolRegistry:
         if param is not None:
             self._contextual[tool.name] = param
         self._tools[tool.name] = tool
+
+    def add_toolset(self, toolset: Toolset) -> None:
+        """Add a source of tools listed at run time; its tools join at `refresh`."""
+        if not isinstance(toolset, Toolset):
+            raise TypeError(f"Expected a Toolset, got {type(toolset).__name__}")
+        if toolset in self._toolsets:
+            raise ValueError(f"The toolset {toolset.name!r} is already added")
+        self._toolsets[toolset] = ()
+
+    @property
+    def toolsets(self) -> tuple[Toolset, ...]:
+        return tuple(self._toolsets)
+
+    async def refresh(self) -> list[str]:
+        """List the tools of every stale toolset and register them in place of its old ones.
+
+        Never raises for a toolset's failure: a toolset that cannot list keeps the
+        tools it had (none, before its first listing), and the failure is returned,
+        one message each, for the caller to report. A listed tool whose name is
+        taken by another tool is left out, and said so.
+        """
+        problems: list[str] = []
+        for toolset, names in list(self._toolsets.items()):
+            if not toolset.stale:
+                continue
+            try:
+                listed = list(await toolset.list_tools())
+            except ToolsetError as exc:
+                problems.append(f"toolset {toolset.name!r}: {exc}")
+                continue
+            for name in names:
+                self._unregister(name)
+            added: list[str] = []
+            for item in listed:
+                try:
+                    self.register(item)
+                except ValueError as exc:
+                    problems.append(f"toolset {toolset.name!r}: {exc}; left out (use prefix=)")
+                    continue
+                added.append(item.name)
+            self._toolsets[toolset] = tuple(added)
+        return problems
+
+    async def aclose(self) -> None:
+        """Close every toolset (their connections and server processes)."""
+        for toolset in self._toolsets:
+            await toolset.aclose()
+
+    def _unregister(self, name: str) -> None:
+        self._tools.pop(name, None)
+        self._validators.pop(name, None)
+        self._keyed.discard(name)
+        self._contextual.pop(name, None)
 
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
@@ -269,13 +325,24 @@ class ToolRegistry:
             delay *= 2
 
         extra: JSON = {"attempts": attempt} if attempt > 1 else {}
+        blocks: tuple[JSON, ...] = ()
         try:
-            content, data = _render(value)
+            if isinstance(value, ToolContent):
+                blocks = value.blocks
+                content = value.text if value.text.strip() else EMPTY_RESULT
+                data = value.data
+            else:
+                content, data = _render(value)
         except Exception as exc:  # e.g. a result whose str() raises; retrying would not help
             failure = _Failure("raised", f"{found.name} raised {_describe_exc(exc)}")
             return self._failed(call, found, failure, attempt)
         return ToolOutcome(
-            tool_use_id=call.id, name=call.name, content=content, data=data, extra=extra
+            tool_use_id=call.id,
+            name=call.name,
+            content=content,
+            data=data,
+            extra=extra,
+            blocks=blocks,
         )
 
     def _extras(self, found: Tool, call: ToolCall) -> dict[str, Any]:

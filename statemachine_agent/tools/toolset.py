@@ -1,0 +1,42 @@
+"""`Toolset`: a source of tools known only at run time (an MCP server's).
+
+A plain `Tool` is declared in code, so the registry checks it when the agent is
+built. A toolset's tools are listed by a server, so the registry asks for them
+when a run starts and again whenever the toolset says its list changed
+(`stale`); the tools it gets are registered and executed like any other.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+
+from .base import Tool
+
+
+class ToolsetError(Exception):
+    """A toolset could not list its tools (its server did not start or answer)."""
+
+
+class Toolset(ABC):
+    """Tools listed at run time; subclasses say how (see `MCPToolset`)."""
+
+    name: str
+    """A label for events and error messages."""
+
+    @property
+    @abstractmethod
+    def stale(self) -> bool:
+        """Whether the tools should be listed (again) before the next model call."""
+
+    @property
+    def may_require_approval(self) -> bool:
+        """Whether some of its tools may need approval (so runs need a store to pause)."""
+        return False
+
+    @abstractmethod
+    async def list_tools(self) -> Sequence[Tool]:
+        """The tools as of now; raises `ToolsetError` when they cannot be had."""
+
+    async def aclose(self) -> None:  # noqa: B027 - a toolset without resources has nothing to close
+        """Release what the toolset holds (a connection, a server process)."""
