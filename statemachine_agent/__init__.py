@@ -20,7 +20,11 @@ if TYPE_CHECKING:
     from statemachine_agent.audit.config import Audit
     from statemachine_agent.audit.redact import Redactor
     from statemachine_agent.audit.sink import AuditSink, JsonlSink, MemorySink, read_events
-    from statemachine_agent.conversation import Conversation, ConversationEndedError
+    from statemachine_agent.conversation import (
+        Conversation,
+        ConversationConflictError,
+        ConversationEndedError,
+    )
     from statemachine_agent.effects.base import Effects
     from statemachine_agent.machine.engine import CancelToken
     from statemachine_agent.machine.result import RunResult
@@ -111,6 +115,7 @@ __all__ = [
     "Claim",
     "ContextPolicy",
     "Conversation",
+    "ConversationConflictError",
     "ConversationEndedError",
     "Decision",
     "Defer",

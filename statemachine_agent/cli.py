@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from statemachine_agent.audit.chain import Verification
+    from statemachine_agent.demos import Scenario
     from statemachine_agent.machine.result import RunResult
 
 
@@ -139,6 +140,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     out = _text_stream(args)
     audit_dir = ensure_audit_dir(args)
     print(f"Scenario:   {scenario.title}", file=out)
+    if scenario.follow_ups:
+        return _demo_conversation(args, scenario, out, audit_dir)
     print(f"Prompt:     {scenario.prompt}\n", file=out)
     agent = Agent(
         scenario.model(),
@@ -162,6 +165,35 @@ def cmd_demo(args: argparse.Namespace) -> int:
         diagram = result.audit_path.with_suffix(".mmd")
         diagram.write_text(diagrams.mermaid(result.trail), encoding="utf-8")
         print(f"Diagram:    {diagram} (Mermaid, this run's path highlighted)", file=out)
+    return EXIT_CODES[result.end_state]
+
+
+def _demo_conversation(
+    args: argparse.Namespace, scenario: Scenario, out: TextIO, audit_dir: Path
+) -> int:
+    """A scenario of several turns: each opens the stored conversation with a fresh agent
+    and store connection (as a new process would), then sends its line."""
+    import tempfile
+
+    from statemachine_agent.agent import Agent
+    from statemachine_agent.audit.config import Audit
+    from statemachine_agent.conversation import Conversation
+
+    model = scenario.model()
+    logger = make_logger(args.log_format, sys.stdout)
+    with tempfile.TemporaryDirectory() as folder:
+        store = Path(folder) / "conversations.sqlite3"
+        for prompt in (scenario.prompt, *scenario.follow_ups):
+            agent = Agent(model, tools=scenario.tools(), system=scenario.system,
+                          audit=Audit(dir=audit_dir, logger=logger), checkpointer=store,
+                          **scenario.options())  # fmt: skip
+            chat = Conversation.open(agent, "demo")
+            print(f"Opened:     conversation 'demo' in {store.name}: {chat.turns} earlier "
+                  f"turn(s), {len(chat.history)} messages of history", file=out)  # fmt: skip
+            print(f"Prompt:     {prompt}\n", file=out)
+            result = chat.send(prompt)
+            _summary(result, out, agent.redact)
+            print(file=out)
     return EXIT_CODES[result.end_state]
 
 

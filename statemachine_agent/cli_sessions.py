@@ -7,7 +7,9 @@ commands) so each file stays small; both are wired in by `add_commands`.
 from __future__ import annotations
 
 import argparse
+import sqlite3
 import sys
+from pathlib import Path
 from typing import Any
 
 from statemachine_agent._cli_common import (
@@ -52,14 +54,36 @@ def cmd_chat(args: argparse.Namespace) -> int:
     from statemachine_agent.tools.builtin import end_chat
 
     model = claude(args.model)
+    store = _conversation_store(args) if args.conversation is not None else None
     agent = Agent(
         model,
         tools=[*builtin_tools(args.tools), end_chat],
         system=args.system,
         audit=ensure_audit_dir(args),
+        checkpointer=store,
     )
+    conversation = Conversation(agent)
+    if args.conversation is not None:
+        try:
+            conversation = Conversation.open(agent, args.conversation)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from exc
+        print(f"Conversation {args.conversation}: {conversation.turns} earlier turns.")
     print("Chat with the agent. /exit leaves; Ctrl-C cancels the current answer.")
-    return repl(Conversation(agent), _read_line, sys.stdout)
+    return repl(conversation, _read_line, sys.stdout)
+
+
+def _conversation_store(args: argparse.Namespace) -> Any:
+    """The `--store` SQLite file, opened now so an unusable path is a usage error."""
+    from statemachine_agent.persistence.sqlite import SQLiteCheckpointer
+
+    path = Path(args.store)
+    if path.is_dir():
+        raise UsageError(f"--store {path} is a folder; name the SQLite file")
+    try:
+        return SQLiteCheckpointer(path)
+    except (OSError, sqlite3.Error) as exc:
+        raise UsageError(f"cannot use --store {path}: {exc}") from exc
 
 
 def _read_line(prompt: str) -> str:
@@ -88,5 +112,18 @@ def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
         default="builtin",
         help="builtin: get_current_time, calculate, finish (with end_chat); "
         "none: end_chat only (default: builtin)",
+    )
+    chat.add_argument(
+        "--conversation",
+        metavar="ID",
+        help="keep the chat in --store under this id; an id stored before carries on "
+        "with its history (letters, digits, _ or -)",
+    )
+    chat.add_argument(
+        "--store",
+        metavar="FILE",
+        default="state/conversations.sqlite3",
+        help="the SQLite file that keeps --conversation chats "
+        "(default: state/conversations.sqlite3)",
     )
     chat.set_defaults(func=cmd_chat)

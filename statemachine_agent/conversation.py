@@ -6,45 +6,142 @@ history between turns and runs the machine once per `send`; turns and
 iterations are counted apart. The model ends the conversation by calling
 `end_chat`: the signal travels in the run record and its result, never in a
 module-level flag.
+
+With a `conversation_id` the conversation is kept in the agent's store (its
+checkpointer: SQLite, PostgreSQL, any `Checkpointer`), one entry a turn under
+the key `conversation:<id>`, so `Conversation.open(agent, id)` in another
+process carries on where it stopped. Each entry holds only what the turn
+changed in the history, so the log grows with the conversation, not its square.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator, Mapping
+import re
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from statemachine_agent.agent import Agent
+from statemachine_agent.agent import Agent, new_run_id
 from statemachine_agent.blocking import run_blocking
 from statemachine_agent.machine.engine import CancelToken
 from statemachine_agent.machine.result import RunResult
 from statemachine_agent.models.base import JSON
+from statemachine_agent.persistence.base import Checkpointer
 from statemachine_agent.policy.approval import Decision
 from statemachine_agent.stream.events import StreamEvent
 from statemachine_agent.stream.run import iter_sync
+
+CONVERSATION_ID = re.compile(r"[A-Za-z0-9_-]{1,100}")
+"""What a conversation id may be: it names the store key and the turns' run ids."""
+
+_KEY = "conversation:{}"
+_KIND = "conversation.turn"
 
 
 class ConversationEndedError(RuntimeError):
     """The model ended the conversation; start a new one to go on."""
 
 
+class ConversationConflictError(RuntimeError):
+    """Another process took a turn of the same stored conversation meanwhile."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Turn:
+    """One stored turn: which run answered it, how it ended, what it changed."""
+
+    turn: int
+    run_id: str
+    end_state: str
+    iterations: int
+    keep: int
+    """Messages of the history before the turn that it left as they were."""
+    added: tuple[JSON, ...]
+    ended: bool
+
+    def to_body(self) -> JSON:
+        return {
+            "kind": _KIND,
+            "seq": self.turn,
+            "state_name": self.end_state,
+            "turn": self.turn,
+            "run_id": self.run_id,
+            "end_state": self.end_state,
+            "iterations": self.iterations,
+            "keep": self.keep,
+            "added": list(self.added),
+            "ended": self.ended,
+        }
+
+    @classmethod
+    def from_body(cls, body: Mapping[str, Any]) -> _Turn:
+        return cls(
+            turn=int(body["turn"]),
+            run_id=str(body["run_id"]),
+            end_state=str(body["end_state"]),
+            iterations=int(body["iterations"]),
+            keep=int(body["keep"]),
+            added=tuple(dict(m) for m in body["added"]),
+            ended=bool(body["ended"]),
+        )
+
+
 class Conversation:
     """Turns of a chat with one agent, sharing one history."""
 
-    def __init__(self, agent: Agent, history: list[JSON] | None = None) -> None:
+    def __init__(
+        self,
+        agent: Agent,
+        history: list[JSON] | None = None,
+        *,
+        conversation_id: str | None = None,
+    ) -> None:
+        """A new conversation; with `conversation_id`, stored in the agent's checkpointer.
+
+        Raises `ValueError` for an id that is not `[A-Za-z0-9_-]{1,100}`, an agent
+        without a checkpointer, or an id already stored (`Conversation.open` carries
+        that one on).
+        """
         self.agent = agent
         self.history: list[JSON] = list(history or [])
         self.results: list[RunResult] = []
         self.ended = False
         """Set when the model called `end_chat`."""
+        self.conversation_id = conversation_id
+        self._stored: list[_Turn] = []
+        """The turns as they stand (a resumed turn in place of its paused entry)."""
+        self._appended: list[_Turn] = []
+        """Every entry of the stored log, in order, as this object last read it."""
+        self._paused: str | None = None
+        """The run id of a turn waiting for approval."""
+        if conversation_id is not None:
+            store = _store(agent, conversation_id)
+            if list(store.bodies(_KEY.format(conversation_id))):
+                raise ValueError(
+                    f"conversation {conversation_id!r} is already stored; "
+                    f"Conversation.open(agent, {conversation_id!r}) carries it on"
+                )
+
+    @classmethod
+    def open(cls, agent: Agent, conversation_id: str) -> Conversation:
+        """The stored conversation `conversation_id`, ready for its next turn (in any
+        process with the same store); a new, empty one if none is stored yet."""
+        store = _store(agent, conversation_id)
+        conversation = cls(agent)
+        conversation.conversation_id = conversation_id
+        conversation._load(store)
+        return conversation
 
     @property
     def turns(self) -> int:
-        """User messages answered so far."""
-        return len(self.results)
+        """User messages answered so far (by earlier processes too, for a stored one)."""
+        return len(self._stored) if self.conversation_id else len(self.results)
 
     @property
     def iterations(self) -> int:
         """Model calls made over all turns."""
+        if self.conversation_id:
+            return sum(turn.iterations for turn in self._stored)
         return sum(result.iterations for result in self.results)
 
     def send(
@@ -70,7 +167,12 @@ class Conversation:
         are the turn's run's (see `Agent.arun`)."""
         self._check_open()
         result = await self.agent.arun(
-            text, history=self.history, cancel=cancel, deps=deps, metadata=metadata
+            text,
+            history=self.history,
+            cancel=cancel,
+            run_id=self._next_run_id(),
+            deps=deps,
+            metadata=metadata,
         )
         return self._keep(result)
 
@@ -86,7 +188,12 @@ class Conversation:
         (in `results` and the history) when its run ends, even if the stream is left early."""
         self._check_open()
         stream = self.agent.astream(
-            text, history=self.history, cancel=cancel, deps=deps, metadata=metadata
+            text,
+            history=self.history,
+            cancel=cancel,
+            run_id=self._next_run_id(),
+            deps=deps,
+            metadata=metadata,
         )
         try:
             async for event in stream:
@@ -111,25 +218,122 @@ class Conversation:
         )
 
     def _check_open(self) -> None:
+        self._catch_up()
         if self.ended:
             raise ConversationEndedError("the conversation was ended with end_chat")
-        if self.results and self.results[-1].end_state == "awaiting_approval":
+        if self._paused is not None:
             raise ValueError("the last turn waits for approval: call resume(decisions) first")
+
+    def _next_run_id(self) -> str | None:
+        """The next turn's run id (unique, so a turn lost in a crash blocks nothing)."""
+        if self.conversation_id is None:
+            return None
+        return f"{self.conversation_id}.turn-{len(self._stored) + 1}-{new_run_id()[4:12]}"
 
     async def aresume(self, decisions: Mapping[str, Decision], *, deps: Any = None) -> RunResult:
         """Finish a turn that paused for approval (the agent needs a checkpointer)."""
-        if not self.results or self.results[-1].end_state != "awaiting_approval":
+        self._catch_up()
+        if self._paused is None:
             raise ValueError("the last turn is not waiting for approval")
-        previous = self.results.pop()
-        result = await self.agent.aresume(previous.run_id, decisions=decisions, deps=deps)
-        return self._keep(result)
+        paused = self._paused
+        if self.results and self.results[-1].run_id == paused:
+            self.results.pop()
+        result = await self.agent.aresume(paused, decisions=decisions, deps=deps)
+        return self._keep(result, resuming=True)
 
     def resume(self, decisions: Mapping[str, Decision], *, deps: Any = None) -> RunResult:
         return run_blocking(self.aresume(decisions, deps=deps))
 
-    def _keep(self, result: RunResult) -> RunResult:
+    def _keep(self, result: RunResult, *, resuming: bool = False) -> RunResult:
         self.results.append(result)
-        if result.end_state != "awaiting_approval":
+        before = self.history
+        paused = result.end_state == "awaiting_approval"
+        if not paused:
             self.history = list(result.messages)
+        self._paused = result.run_id if paused else None
         self.ended = self.ended or result.chat_ended
+        if self.conversation_id is not None:
+            self._store_turn(result, before, resuming=resuming)
         return result
+
+    # -- the stored log ------------------------------------------------------
+
+    def _store_turn(self, result: RunResult, before: list[JSON], *, resuming: bool) -> None:
+        keep = _common_prefix(before, self.history)
+        number = len(self._stored) + (0 if resuming else 1)
+        turn = _Turn(
+            turn=number,
+            run_id=result.run_id,
+            end_state=result.end_state,
+            iterations=result.iterations,
+            keep=keep,
+            added=tuple(self.history[keep:]),
+            ended=self.ended,
+        )
+        store = self._store()
+        if len(self._log(store)) != len(self._appended):
+            raise ConversationConflictError(
+                f"conversation {self.conversation_id!r} was carried on by another process "
+                f"while turn {number} ran; its run {result.run_id!r} is stored, the turn is not"
+            )
+        store.append(self._key, turn.to_body())
+        self._appended.append(turn)
+        if resuming:
+            self._stored[-1] = turn
+        else:
+            self._stored.append(turn)
+
+    def _load(self, store: Checkpointer) -> None:
+        self._appended = [_Turn.from_body(b) for b in self._log(store)]
+        history: list[JSON] = []
+        turns: dict[int, _Turn] = {}
+        for turn in self._appended:
+            history = [*history[: turn.keep], *turn.added]
+            turns[turn.turn] = turn  # a resumed turn replaces its paused entry
+        self.history = history
+        self._stored = [turns[n] for n in sorted(turns)]
+        last = self._stored[-1] if self._stored else None
+        self.ended = bool(last and last.ended)
+        self._paused = last.run_id if last and last.end_state == "awaiting_approval" else None
+
+    def _catch_up(self) -> None:
+        """Take on turns another process stored since this one last looked."""
+        if self.conversation_id is None:
+            return
+        store = self._store()
+        if len(self._log(store)) != len(self._appended):
+            self._load(store)
+
+    @property
+    def _key(self) -> str:
+        return _KEY.format(self.conversation_id)
+
+    def _store(self) -> Checkpointer:
+        assert self.conversation_id is not None
+        return _store(self.agent, self.conversation_id)
+
+    def _log(self, store: Checkpointer) -> list[Mapping[str, Any]]:
+        return [b for b in store.bodies(self._key) if b.get("kind") == _KIND]
+
+
+def _store(agent: Agent, conversation_id: str) -> Checkpointer:
+    if not isinstance(conversation_id, str) or not CONVERSATION_ID.fullmatch(conversation_id):
+        raise ValueError(
+            f"conversation_id {conversation_id!r} is not 1-100 letters, digits, '_' or '-'"
+        )
+    if agent.checkpointer is None:
+        raise ValueError(
+            "a stored conversation needs the agent's store: Agent(checkpointer=<a "
+            "Checkpointer or a SQLite file path>)"
+        )
+    return agent.checkpointer
+
+
+def _common_prefix(before: Sequence[JSON], after: Sequence[JSON]) -> int:
+    """How many leading messages the turn left unchanged."""
+    count = 0
+    for old, new in zip(before, after, strict=False):
+        if old != new:
+            break
+        count += 1
+    return count

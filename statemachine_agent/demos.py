@@ -38,6 +38,9 @@ class Scenario:
     """Further `Agent` arguments the scenario needs (a budget, a stall policy, ...)."""
     decide: Callable[[list[dict[str, Any]]], dict[str, Decision]] | None = None
     """For a run that pauses for approval: the reviewer's decisions on the pending calls."""
+    follow_ups: tuple[str, ...] = ()
+    """Further user turns: the demo keeps the chat as a stored conversation and opens it
+    again with a fresh agent and store connection for each, as a new process would."""
 
     def model(self) -> ScriptedModel:
         return ScriptedModel(self.replies())
@@ -201,6 +204,20 @@ MCP_TOOLS = Scenario(
     ],
 )
 
+STORED_CONVERSATION = Scenario(
+    name="conversation",
+    title="Conversation: a chat kept in a SQLite store, carried on by a fresh agent each turn",
+    prompt="Hi, I'm Ada. My train leaves at 18:40.",
+    system="You are a helpful assistant. Use calculate for arithmetic.",
+    tools=lambda: [calculate],
+    replies=lambda: [
+        text("Nice to meet you, Ada. Noted: your train leaves at 18:40."),
+        tool_use("calculate", {"expression": "18 * 60 + 40 - 25"}, text="18:40 less 25 min."),
+        text("Leave by 18:15 (1095 minutes after midnight) to catch your 18:40 train, Ada."),
+    ],
+    follow_ups=("It takes me 25 minutes to walk to the station. When should I leave?",),
+)
+
 SCENARIOS: dict[str, Scenario] = {
     s.name: s
     for s in (
@@ -210,5 +227,6 @@ SCENARIOS: dict[str, Scenario] = {
         STALL_INTERVENTION,
         APPROVAL_PAUSE,
         MCP_TOOLS,
+        STORED_CONVERSATION,
     )
 }

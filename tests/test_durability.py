@@ -18,6 +18,7 @@ from statemachine_agent import (
     Approve,
     Audit,
     CancelToken,
+    Conversation,
     Deny,
     Edit,
     ReflectionPolicy,
@@ -399,6 +400,20 @@ class TestPostgres:
         result = again.resume("pg-run", decisions={"toolu_mail": Approve()})
         assert_end_state(result, "completed")
         assert sent == ["boss@example.com"]
+
+    def test_a_conversation_carries_on_through_a_new_connection(
+        self, postgres: LocalPostgres
+    ) -> None:
+        """A stored conversation in PostgreSQL, opened again through another connection."""
+        first = Agent(ScriptedModel([replies.text("Hello Ada.")]),
+                      checkpointer=PostgresCheckpointer(postgres.dsn))  # fmt: skip
+        Conversation(first, conversation_id="pg-chat").send("I am Ada.")
+        model = ScriptedModel([replies.text("Ada.")])
+        second = Agent(model, checkpointer=PostgresCheckpointer(postgres.dsn))
+        chat = Conversation.open(second, "pg-chat")
+        assert chat.send("Who am I?").turn == 2
+        assert [m["role"] for m in model.requests[0].messages] == ["user", "assistant", "user"]
+        assert chat.turns == 2
 
     def test_records_round_trip(self, postgres: LocalPostgres) -> None:
         """A finished run loads back from PostgreSQL equal to the SQLite copy."""

@@ -174,6 +174,17 @@ class TestMCPTools:
         assert tool_results(second)[-1] == ("notes_document", "[resource memo://one]\nmemo body")
 
 
+class TestPersistentChat:
+    """A stored conversation picked up by a second agent on the same SQLite file."""
+
+    def test_the_second_process_knows_the_first_turn(self) -> None:
+        result = load("persistent_chat").main()
+        assert_end_state(result, "completed")
+        assert result.turn == 2
+        assert result.text == "Your name is Ada."
+        assert result.messages[0] == {"role": "user", "content": "Hi, my name is Ada."}
+
+
 class TestAsUsersRunThem:
     """Every example is a script a user can copy and run."""
 

@@ -96,7 +96,9 @@ class TestCommandLine:
         """The salvage call is a model call too: all three say the same number."""
         assert main(["demo", "--scenario", name, "--audit-dir", str(tmp_path)]) in (0, 3)
         demo = capsys.readouterr().out
-        (path,) = tmp_path.glob("*.jsonl")
+        # The last run's audit file (the conversation scenario writes one a turn).
+        path = Path(re.findall(r"Audit file: (\S+)", demo)[-1])
+        assert path.parent == tmp_path
         recorded = sum(
             1 for e in read_events(path) if e["event"] in ("model.replied", "model.failed")
         )

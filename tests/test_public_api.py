@@ -60,6 +60,7 @@ EXPORTED = [
     "Claim",
     "ContextPolicy",
     "Conversation",
+    "ConversationConflictError",
     "ConversationEndedError",
     "Decision",
     "Defer",

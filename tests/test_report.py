@@ -57,10 +57,18 @@ HOSTILE = "<script>alert('x')</script><img src=x onerror=alert(1)>"
 """Model or tool text that would run script if the report did not escape it."""
 
 
+def last_audit_file(directory: Path) -> Path:
+    """A demo's audit file: the last turn's, for the conversation demo (one file a turn,
+    named `demo.turn-<n>-...`), else the only one."""
+    files = sorted(directory.glob("*.jsonl"))
+    assert len(files) == 1 or all(".turn-" in f.name for f in files), files
+    return files[-1]
+
+
 def demo_events(scenario: str, directory: Path) -> tuple[Path, list[Event]]:
     """The audit file and events of one offline demo run."""
     main(["demo", "--scenario", scenario, "--audit-dir", str(directory)])
-    (path,) = directory.glob("*.jsonl")
+    path = last_audit_file(directory)
     return path, read_events(path)
 
 
@@ -366,7 +374,7 @@ def reports(tmp_path_factory: pytest.TempPathFactory) -> Mapping[str, tuple[Path
     for name in SCENARIOS:
         directory = tmp_path_factory.mktemp(name)
         assert main(["demo", "--scenario", name, "--audit-dir", str(directory)]) in (0, 3)
-        (audit,) = directory.glob("*.jsonl")
+        audit = last_audit_file(directory)
         target = directory / "report.html"
         assert main(["report", str(audit), "-o", str(target)]) == 0
         built[name] = (target, read_events(audit))
