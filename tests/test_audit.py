@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
+from typing import Any
 
 import pytest
 import structlog
 from structlog.testing import capture_logs
 
-from statemachine_agent import Agent, ScriptedModel, calculate
+from statemachine_agent import Agent, Audit, MemoryCheckpointer, ScriptedModel, calculate, tool
 from statemachine_agent.audit.events import Emitter
 from statemachine_agent.audit.redact import REDACTED, Redactor
 from statemachine_agent.audit.sink import JsonlSink, MemorySink, read_events
@@ -131,9 +132,27 @@ class TestSinks:
         ]
         assert all(e["run_id"] == result.run_id for e in events)
 
-    def test_every_line_is_flushed(self, tmp_path: Path) -> None:
-        """Each event is on disk as soon as it is written (a crash loses nothing before it)."""
-        sink = JsonlSink(tmp_path / "a.jsonl")
+    def test_lines_are_written_in_batches(self, tmp_path: Path) -> None:
+        """Lines wait in memory until a flush, a full batch or close; none is lost."""
+        path = tmp_path / "a.jsonl"
+        sink = JsonlSink(path, batch=3)
+        sink.write({"event": "x.y", "n": 1})
+        sink.write({"event": "x.y", "n": 2})
+        assert path.read_text() == ""
+        sink.write({"event": "x.y", "n": 3})
+        assert [e["n"] for e in read_events(path)] == [1, 2, 3]
+        sink.write({"event": "x.y", "n": 4})
+        sink.flush()
+        assert [e["n"] for e in read_events(path)] == [1, 2, 3, 4]
+        sink.write({"event": "x.y", "n": 5})
+        sink.close()
+        assert [e["n"] for e in read_events(path)] == [1, 2, 3, 4, 5]
+        with pytest.raises(ValueError, match="closed"):
+            sink.write({"event": "x.y"})
+
+    def test_batch_of_one_writes_every_line_at_once(self, tmp_path: Path) -> None:
+        """`batch=1` is the line-at-a-time sink (what the scale-out engines' gate uses)."""
+        sink = JsonlSink(tmp_path / "a.jsonl", batch=1)
         sink.write({"event": "x.y", "n": 1})
         assert json.loads((tmp_path / "a.jsonl").read_text()) == {
             "event": "x.y",
@@ -141,8 +160,48 @@ class TestSinks:
             "prev": None,
         }
         sink.close()
-        with pytest.raises(ValueError, match="closed"):
-            sink.write({"event": "x.y"})
+
+    def test_a_batch_must_hold_a_line(self, tmp_path: Path) -> None:
+        with pytest.raises(ValueError, match="at least 1"):
+            JsonlSink(tmp_path / "a.jsonl", batch=0)
+
+    def test_the_file_is_on_disk_before_every_checkpoint_and_every_tool(
+        self, tmp_path: Path
+    ) -> None:
+        """At each checkpoint and when each tool starts, the audit file already holds every
+        event emitted so far, so a crash never leaves the store ahead of the trail."""
+        seen = MemorySink()
+        lags: list[str] = []
+
+        def on_disk() -> int:
+            files = list((tmp_path / "audit").glob("*.jsonl"))
+            return len(read_events(files[0])) if files else 0
+
+        class Watching(MemoryCheckpointer):
+            def append(self, run_id: str, delta: Any) -> None:
+                if on_disk() != len(seen.events):
+                    lags.append(f"checkpoint after {seen.events[-1]['event']}")
+                super().append(run_id, delta)
+
+        @tool
+        def probe(n: int) -> str:
+            """Report how far the audit file is."""
+            if on_disk() != len(seen.events):
+                lags.append(f"tool {n}")
+            return "ok"
+
+        script = [replies.tool_use("probe", {"n": n}, id=f"toolu_{n}") for n in range(6)]
+        agent = Agent(
+            ScriptedModel([*script, replies.text("done")]),
+            tools=[probe],
+            checkpointer=Watching(),
+            audit=Audit(dir=tmp_path / "audit", sinks=[seen]),
+        )
+        result = agent.run("go")
+        assert result.end_state == "completed"
+        assert lags == []
+        assert result.audit_path is not None
+        assert read_events(result.audit_path) == seen.events
 
     def test_malformed_lines_are_named(self, tmp_path: Path) -> None:
         """read_events names the line of a malformed event."""

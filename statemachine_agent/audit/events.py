@@ -28,6 +28,11 @@ from statemachine_agent.audit.sink import AuditSink, JsonlSink
 
 LOGGER_NAME = "statemachine_agent"
 
+FLUSH_AFTER = frozenset({"model.requested", "tool.called", "run.ended"})
+"""Events after which buffering sinks are flushed: the run is about to wait on the
+model, a tool is about to act on the world, or the run is over. Checkpoints flush
+too (`PhaseContext.checkpoint`), so the audit file never lags what the store holds."""
+
 _CAPTURES: ContextVar[tuple[list[dict[str, Any]], ...]] = ContextVar(
     "statemachine_agent_captures", default=()
 )
@@ -133,6 +138,8 @@ class Emitter:
                         sink.write(record)
                 except Exception as exc:
                     self._failed(f"audit sink {type(sink).__name__}", exc, drop=sink)
+            if event in FLUSH_AFTER:
+                self.flush()
         for captured in self._captures:
             captured.append(dict(record))
         if self.logger is None or not self._logger_listens():
@@ -143,6 +150,18 @@ class Emitter:
         except Exception as exc:
             self._failed("the audit logger", exc)
             self.logger = None
+
+    def flush(self) -> None:
+        """Have every sink that buffers write what it holds (a failure is noted, as for
+        `write`, and that sink is dropped)."""
+        for sink in list(self.sinks):
+            flush = getattr(sink, "flush", None)
+            if flush is None:
+                continue
+            try:
+                flush()
+            except Exception as exc:
+                self._failed(f"audit sink {type(sink).__name__}", exc, drop=sink)
 
     def _failed(self, component: str, exc: Exception, *, drop: AuditSink | None = None) -> None:
         """Note the first failure, and stop using a sink that failed (the others go on)."""

@@ -15,13 +15,25 @@ from statemachine_agent.audit.chain import AuditKey, continue_file
 
 
 class AuditSink(Protocol):
+    """Receives a run's events. A sink that buffers may also define `flush()`: the
+    emitter calls it at the points where the trail must be on disk (see
+    `Emitter.flush`), and `close()` must write whatever is still buffered."""
+
     def write(self, event: Mapping[str, Any]) -> None: ...
 
     def close(self) -> None: ...
 
 
 class JsonlSink:
-    """Appends one JSON object a line; each line is flushed, so a crash loses at most one.
+    """Appends one JSON object a line, in batches.
+
+    Lines are kept in memory and written together when the emitter flushes: before
+    the run waits on the model, before a tool runs, before every checkpoint and at
+    the end (`Emitter.flush`), or when `batch` lines are waiting. So the file is
+    always at least as far on as the run's checkpoints and its side effects, and a
+    crash loses only events of work that was not yet recorded anywhere, at the cost
+    of one write a batch instead of one a line. `batch=1` writes every line at once.
+    Nothing is ever dropped: a slow disk slows the run, it does not lose lines.
 
     Every line is sealed into the file's hash chain (`audit/chain.py`): `prev` is the
     digest of the line before, and `run.ended` carries the digest of the whole file.
@@ -29,8 +41,12 @@ class JsonlSink:
     `audit_key` makes every digest an HMAC, so only the key's holder can forge them.
     """
 
-    def __init__(self, path: Path, *, audit_key: AuditKey | None = None) -> None:
+    def __init__(self, path: Path, *, audit_key: AuditKey | None = None, batch: int = 256) -> None:
+        if batch < 1:
+            raise ValueError(f"batch must be at least 1 line, not {batch}")
         self.path = path
+        self.batch = batch
+        self._pending: list[str] = []
         path.parent.mkdir(parents=True, exist_ok=True)
         self.chain = continue_file(path, audit_key)
         self._file: IO[str] | None = path.open("a", encoding="utf-8")
@@ -45,13 +61,25 @@ class JsonlSink:
         """Append a line sealed by `self.chain` (the emitter seals once for every sink)."""
         if self._file is None:
             raise ValueError(f"audit sink for {self.path} is closed")
-        self._file.write(line + "\n")
+        self._pending.append(line + "\n")
+        if len(self._pending) >= self.batch:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the waiting lines in one call and hand them to the operating system."""
+        if self._file is None or not self._pending:
+            return
+        lines, self._pending = "".join(self._pending), []
+        self._file.write(lines)
         self._file.flush()
 
     def close(self) -> None:
         if self._file is not None:
-            self._file.close()
-            self._file = None
+            try:
+                self.flush()
+            finally:
+                self._file.close()
+                self._file = None
 
 
 def _ends_with_newline(path: Path) -> bool:

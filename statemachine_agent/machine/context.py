@@ -101,6 +101,7 @@ class PhaseContext:
             return
         if self.writer is None:
             self.writer = CheckpointWriter()
+        self.emitter.flush()  # the audit file is never behind what the store holds
         try:
             store.append(self.state.run_id, self.writer.delta(self.state))
         except Exception as exc:

@@ -70,7 +70,9 @@ class RunFiles:
 
     The agent opens its own file per run and writes to it directly; on an
     engine that file is gated like any sink, so the folder moves here. Files
-    are opened for appending (a recovered run continues its file and its hash
+    are written a line at a time (the gate, not the emitter, decides when an event is
+    delivered, so the emitter's flush points do not apply here), opened for
+    appending (a recovered run continues its file and its hash
     chain: each file re-seals what it writes, so events dropped or delivered twice
     under replay never break it) and closed at the run's `run.ended`.
     """
@@ -89,7 +91,9 @@ class RunFiles:
         with self._lock:
             sink = self._open.get(run_id)
             if sink is None:
-                sink = self._open[run_id] = JsonlSink(self.path(run_id), audit_key=self.audit_key)
+                sink = self._open[run_id] = JsonlSink(
+                    self.path(run_id), audit_key=self.audit_key, batch=1
+                )
             sink.write(event)
             if event.get("event") == "run.ended":
                 self._open.pop(run_id).close()
