@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from statemachine_agent import Agent, Audit, ScriptedModel, report, tool
 from statemachine_agent.audit.redact import REDACTED, Redactor
@@ -150,6 +152,33 @@ class TestSecretsInWrittenFiles:
         assert "t-123" not in text
         assert "c=1" not in text
         assert REDACTED in text
+
+    @settings(max_examples=200, deadline=None)
+    @given(data=st.data())
+    def test_no_secret_survives_anywhere_in_any_case(self, data: st.DataObject) -> None:
+        """A secret hidden at any depth, inside any text, as a name, in any letter case,
+        never reaches the output; and a redactor that has seen many events (its memory of
+        property names warm) masks exactly as a new one does."""
+        secret = data.draw(st.sampled_from([KEY, CONFIGURED]))
+        cased = data.draw(st.sampled_from([secret, secret.upper(), secret.swapcase()]))
+        text = st.text(max_size=12)
+        hidden = st.builds(lambda a, b: f"{a}{cased}{b}", text, text)
+        leaf = st.one_of(text, st.integers(), st.booleans(), st.none(), hidden)
+        names = st.one_of(text, hidden, st.sampled_from(["token", "Api-Key", "note"]))
+        tree = st.recursive(
+            leaf,
+            lambda inner: st.one_of(
+                st.lists(inner, max_size=4), st.dictionaries(names, inner, max_size=4)
+            ),
+            max_leaves=20,
+        )
+        value = {"event": "tool.finished", "content": data.draw(tree), "hidden": data.draw(hidden)}
+        warm = Redactor(secrets=[CONFIGURED])
+        for _ in range(2):
+            first = warm.redact(value)
+        out = json.dumps(first, default=str)
+        assert cased.lower() not in out.lower()
+        assert first == Redactor(secrets=[CONFIGURED]).redact(value)
 
     def test_default_sensitive_keys(self) -> None:
         masked = Redactor().redact(

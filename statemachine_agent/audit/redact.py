@@ -47,6 +47,10 @@ SECRET_PATTERN = re.compile(r"sk-ant-[A-Za-z0-9_\-]{6,}|sk-[A-Za-z0-9]{20,}", re
 
 _PLAIN = (bool, int, float, type(None))
 
+_NAMES_KEPT = 4096
+"""How many property names a redactor remembers its verdict on (events repeat a few
+dozen names; tool inputs may bring any, so the memory is capped)."""
+
 
 class Redactor:
     """A structlog processor that masks secret keys, known secret values and key shapes."""
@@ -54,30 +58,40 @@ class Redactor:
     def __init__(self, secrets: Iterable[str] = (), keys: Iterable[str] = ()) -> None:
         self._keys = frozenset(_key_form(k) for k in (*DEFAULT_SECRET_KEYS, *keys))
         values = sorted({s for s in secrets if s and len(s) >= 4}, key=len, reverse=True)
-        self._lowered = tuple(s.lower() for s in values)
+        self._count = len(values)
         self._values = (
             re.compile("|".join(re.escape(s) for s in values), re.IGNORECASE) if values else None
         )
+        self._names: dict[str, tuple[str, bool]] = {}
+        """Each property name seen: what it is written as, and whether its value is masked."""
 
     def __repr__(self) -> str:
-        return f"<Redactor {len(self._keys)} keys, {len(self._lowered)} values>"
+        return f"<Redactor {len(self._keys)} keys, {self._count} values>"
 
     def __call__(self, logger: Any, method: str, event_dict: Any) -> Any:
         return self.redact(event_dict)
 
     def redact(self, value: Any) -> Any:
-        if isinstance(value, str):
+        kind = type(value)
+        if kind is str:
+            return self._redact_text(value)
+        if kind in _PLAIN:
+            return value
+        if kind is dict or isinstance(value, Mapping):
+            out: dict[Any, Any] = {}
+            for key, item in value.items():
+                if isinstance(key, str):
+                    name, secret = self._name(key)
+                else:
+                    name, secret = self.redact(key), False
+                if name in out:  # two names masked alike: keep both values
+                    name = f"{name}#{len(out)}"
+                out[name] = REDACTED if secret else self.redact(item)
+            return out
+        if isinstance(value, str):  # a str subclass
             return self._redact_text(value)
         if isinstance(value, _PLAIN):
             return value
-        if isinstance(value, Mapping):
-            out: dict[Any, Any] = {}
-            for key, item in value.items():
-                name = self._redact_text(key) if isinstance(key, str) else self.redact(key)
-                if name in out:  # two names masked alike: keep both values
-                    name = f"{name}#{len(out)}"
-                out[name] = REDACTED if self.is_secret_key(key) else self.redact(item)
-            return out
         if isinstance(value, list | tuple | set | frozenset):
             return [self.redact(item) for item in value]
         if isinstance(value, bytes | bytearray | memoryview):
@@ -90,11 +104,22 @@ class Redactor:
         """Whether a property of this name holds a secret."""
         return isinstance(key, str) and _key_form(key) in self._keys
 
+    def _name(self, key: str) -> tuple[str, bool]:
+        """A property name as written, and whether its value is a secret (remembered,
+        since every event repeats the same few names)."""
+        known = self._names.get(key)
+        if known is None:
+            known = (self._redact_text(key), _key_form(key) in self._keys)
+            if len(self._names) < _NAMES_KEPT:
+                self._names[key] = known
+        return known
+
     def _redact_text(self, text: str) -> str:
-        lowered = text.lower()
-        if self._values is not None and any(s in lowered for s in self._lowered):
+        # Both patterns ignore case, so no lowered copy of the text is needed; a key
+        # shape always holds "-", which is far cheaper to look for than the pattern.
+        if self._values is not None and self._values.search(text) is not None:
             text = self._values.sub(REDACTED, text)
-        if "sk-" in lowered:
+        if "-" in text:
             text = SECRET_PATTERN.sub(REDACTED, text)
         return text
 
