@@ -15,6 +15,7 @@ stdin closes.
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 from statemachine_agent.testing import FakeAnthropicServer, FakeError, replies
@@ -35,7 +36,9 @@ class LengthServer(FakeAnthropicServer):
     def _record(self, body: dict[str, Any], headers: dict[str, str]) -> None:
         """Keep nothing: a benchmark sends hundreds of thousands of requests."""
 
-    def _answer(self, body: dict[str, Any]) -> dict[str, Any] | FakeError:
+    def _answer(
+        self, body: dict[str, Any], headers: Mapping[str, str] | None = None
+    ) -> dict[str, Any] | FakeError:
         k = len(body["messages"]) // 2
         if k < calls_asked(body):
             return replies.tool_use("lookup", {"n": k})
