@@ -47,6 +47,7 @@ from statemachine_agent.policy.stall import StallPolicy
 from statemachine_agent.policy.verify import Verifier, VerifyPolicy
 from statemachine_agent.stream.events import StreamEvent
 from statemachine_agent.stream.run import RunStream, StreamTap, iter_sync
+from statemachine_agent.subagents import agent_tool, may_pause
 from statemachine_agent.telemetry import TraceSink, provider_name, tracer_provider
 from statemachine_agent.tools.base import Tool
 from statemachine_agent.tools.decorator import tool as make_tool
@@ -620,28 +621,34 @@ class Agent:
         deps: AgentDeps | None = None,
         host_deps: Any = None,
         sinks: Sequence[AuditSink] = (),
+        parent: PhaseContext | None = None,
     ) -> RunResult:
         """Drive a record to its end; `writer` (of its checkpoints so far) means a resume;
         `host_deps` are the host's `deps=` for its tools; `sinks` this run's own audit
-        sinks, after the agent's."""
+        sinks, after the agent's; `parent` is the run that started this one as a
+        sub-agent (its events then join the parent's trail)."""
         if deadline is not None:
             cancel = cancel or CancelToken()
             cancel.cancel_after(deadline)
-        audit = self._audit
-        sinks = [*audit.sinks, *sinks]
-        tracers = tracer_provider(audit.tracer_provider)
-        if tracers is not None:
-            sinks.append(TraceSink(tracers, self._name, provider_name(self.model)))
         own: JsonlSink | None = None
-        chain = Chain(audit.audit_key)
-        run_file = audit.run_file(record.run_id)
-        if run_file is not None:
-            record.audit_path = run_file
-            own = JsonlSink(run_file, audit_key=audit.audit_key)
-            sinks.append(own)
-            chain = own.chain
-        emitter = Emitter(record.run_id, sinks=sinks, redactor=self._redactor, logger=audit.logger,
-                          metadata=record.metadata, chain=chain)  # fmt: skip
+        if parent is not None:
+            emitter = self._child_emitter(record, parent, sinks)
+        else:
+            audit = self._audit
+            every: list[AuditSink] = [*audit.sinks, *sinks]
+            tracers = tracer_provider(audit.tracer_provider)
+            if tracers is not None:
+                every.append(TraceSink(tracers, self._name, provider_name(self.model)))
+            chain = Chain(audit.audit_key)
+            run_file = audit.run_file(record.run_id)
+            if run_file is not None:
+                record.audit_path = run_file
+                own = JsonlSink(run_file, audit_key=audit.audit_key)
+                every.append(own)
+                chain = own.chain
+            emitter = Emitter(record.run_id, sinks=every, redactor=self._redactor,
+                              logger=audit.logger, metadata=record.metadata,
+                              chain=chain)  # fmt: skip
         ctx = PhaseContext(state=record, deps=deps or self._deps, emitter=emitter,
                            host_deps=host_deps)  # fmt: skip
         ctx.writer = writer
@@ -655,6 +662,49 @@ class Agent:
         finally:
             if own is not None:
                 own.close()
+
+    def _child_emitter(
+        self, record: RunRecord, parent: PhaseContext, extra: Sequence[AuditSink]
+    ) -> Emitter:
+        """A sub-agent run's emitter: the parent's audit file, hash chain, sinks and logger
+        (and this agent's own sinks), both agents' secrets masked, every event linked.
+        The parent's trace sink is its run's alone: the child gets one of its own, its
+        run span a child of the parent's span of the tool call."""
+        up = parent.emitter
+        shared = [s for s in up.sinks if not isinstance(s, TraceSink)]
+        sinks = [*shared, *(s for s in (*self._audit.sinks, *extra) if s not in shared)]
+        call = record.parent["tool_use_id"] if record.parent is not None else ""
+        traced = next((s for s in up.sinks if isinstance(s, TraceSink)), None)
+        if traced is not None:
+            sinks.append(traced.for_child(self._name, provider_name(self.model), call))
+        record.audit_path = parent.state.audit_path
+        links = {"parent_run_id": parent.state.run_id}
+        if record.parent is not None:
+            links["parent_tool_use_id"] = call
+        return Emitter(record.run_id, sinks=sinks, redactor=up.redactor.joined(self._redactor),
+                       logger=up.logger if up.logger_chosen else self._audit.logger,
+                       metadata=record.metadata, chain=up.chain, links=links)  # fmt: skip
+
+    def as_tool(self, *, name: str | None = None, description: str | None = None) -> Tool:
+        """This agent as a tool of another agent: a sub-agent.
+
+        A call of the tool (input: `{"task": "..."}`) starts a run of this agent, linked
+        to the calling run (`parent_run_id` and the tool_use id on its record, its
+        checkpoints and its events, which join the caller's audit trail). What the caller
+        has left of its cost, token and time limits caps this agent's own; what the run
+        spends is charged to the caller; cancelling the caller cancels it; and if it
+        pauses for approval, the caller pauses too, listing its pending calls (keyed
+        `<caller's tool_use id>/<tool_use id>`): resuming the caller with decisions for
+        them resumes it. Its answer (or, when a limit stopped it, its salvage summary)
+        is the tool's result. See docs/subagents.md.
+        """
+        name = self.name if name is None else name
+        if description is None:
+            description = (
+                f"Delegate a self-contained task to the {name} agent; it works on its own "
+                "and answers with its result."
+            )
+        return agent_tool(self, name=name, description=description)
 
 
 class RunHandle:
@@ -774,15 +824,16 @@ def resolve_checkpointer(
       folders if missing (`checkpointer="state/runs.sqlite3"`);
     - `False`: no store at all, e.g. when a durable engine records the runs;
     - `None`, the default: no store, except for an agent with tools that require
-      approval and in-process effects, which gets a `MemoryCheckpointer` so that a run
-      paused for approval can be resumed in this process.
+      approval (or sub-agents with such tools) and in-process effects, which gets a
+      `MemoryCheckpointer` so that a run paused for approval can be resumed in this
+      process.
     """
     if checkpointer is False:
         return None
     if checkpointer is not None:
         return _storage_option(checkpointer)  # type: ignore[return-value]
     in_process = isinstance(effects, InProcessEffects)
-    approvals = any(t.requires_approval for t in tools) or any(
+    approvals = any(may_pause(t) for t in tools) or any(
         t.may_require_approval for t in tools.toolsets
     )
     if in_process and approvals:

@@ -60,9 +60,18 @@ class TraceSink:
     """The spans of one run, built from its audit events (see the module's docstring)."""
 
     def __init__(
-        self, tracers: Any, agent_name: str, provider: str, *, content: bool | None = None
+        self,
+        tracers: Any,
+        agent_name: str,
+        provider: str,
+        *,
+        content: bool | None = None,
+        parent: Span | None = None,
     ) -> None:
-        """`tracers`: the `TracerProvider` (see `tracer_provider`)."""
+        """`tracers`: the `TracerProvider` (see `tracer_provider`); `parent`: the span
+        the run's span is a child of (a sub-agent's: its parent's tool call)."""
+        self._tracers = tracers
+        self._parent = parent
         self._tracer = tracers.get_tracer(TRACER_NAME)
         self._agent = agent_name
         self._provider = provider
@@ -71,6 +80,13 @@ class TraceSink:
         self._calls: dict[int, Span] = {}
         self._tools: dict[str, Span] = {}
         self._metadata: dict[str, Any] = {}
+
+    def for_child(self, agent_name: str, provider: str, tool_use_id: str) -> TraceSink:
+        """The trace sink of a sub-agent's run started by the tool call `tool_use_id` of
+        this one: its run span is a child of that call's span."""
+        parent = self._tools.get(tool_use_id) or self._run
+        return TraceSink(self._tracers, agent_name, provider, content=self._content,
+                         parent=parent)  # fmt: skip
 
     # -- the audit-sink protocol ------------------------------------------------------
 
@@ -110,10 +126,15 @@ class TraceSink:
             "gen_ai.conversation.id": str(record["run_id"]),
             "statemachine_agent.resumed": record.get("event") == "run.resumed",
         }
+        for link in ("parent_run_id", "parent_tool_use_id"):  # a sub-agent's run
+            if record.get(link):
+                attributes[f"statemachine_agent.{link}"] = str(record[link])
         self._metadata = _metadata_attributes(record)
         attributes.update(self._metadata)
         name = f"invoke_agent {self._agent}"
-        self._run = self._tracer.start_span(name, kind=SpanKind.INTERNAL, attributes=attributes)
+        context = trace.set_span_in_context(self._parent) if self._parent is not None else None
+        self._run = self._tracer.start_span(name, context=context, kind=SpanKind.INTERNAL,
+                                            attributes=attributes)  # fmt: skip
 
     def _requested(self, record: Mapping[str, Any]) -> None:
         model = str(record.get("model") or "")

@@ -84,10 +84,14 @@ class Emitter:
         logger: Any = None,
         metadata: Mapping[str, Any] | None = None,
         chain: Chain | None = None,
+        links: Mapping[str, Any] | None = None,
     ) -> None:
         """`chain` is the run's hash chain: the audit file's own, so its lines and what
-        every other sink receives carry the same digests; a fresh one by default."""
+        every other sink receives carry the same digests; a fresh one by default.
+        `links` are stamped on every event after `run_id` (a sub-agent's run carries
+        `parent_run_id` and `parent_tool_use_id`)."""
         self.run_id = run_id
+        self.links = dict(links or {})
         self.metadata = dict(metadata or {})
         self.sinks = list(sinks)
         self.chain = chain if chain is not None else Chain()
@@ -99,6 +103,11 @@ class Emitter:
         self.failure: str | None = None
         """Why a sink or the logger failed, if one did; the engine then ends the run in
         `failed`, because a run whose audit trail has a hole must not carry on."""
+
+    @property
+    def logger_chosen(self) -> bool:
+        """Whether the host chose the logger (else it is the default one)."""
+        return self._chosen_logger
 
     def listened(self) -> bool:
         """Whether any sink or logger would receive an event (else emitting is skipped).
@@ -122,7 +131,10 @@ class Emitter:
     def emit(self, event: str, **payload: Any) -> None:
         if not self.listened():
             return
-        record: dict[str, Any] = {"event": event, "run_id": self.run_id, "ts": time.time()}
+        record: dict[str, Any] = {"event": event, "run_id": self.run_id}
+        if self.links:
+            record.update(self.links)
+        record["ts"] = time.time()
         if self.metadata:
             record["metadata"] = self.metadata
         record.update(payload)

@@ -59,11 +59,19 @@ class Redactor:
         self._keys = frozenset(_key_form(k) for k in (*DEFAULT_SECRET_KEYS, *keys))
         values = sorted({s for s in secrets if s and len(s) >= 4}, key=len, reverse=True)
         self._count = len(values)
+        self._secrets = tuple(values)
         self._values = (
             re.compile("|".join(re.escape(s) for s in values), re.IGNORECASE) if values else None
         )
         self._names: dict[str, tuple[str, bool]] = {}
         """Each property name seen: what it is written as, and whether its value is masked."""
+
+    def joined(self, other: Redactor) -> Redactor:
+        """A redactor that masks what this one and `other` mask (a sub-agent's events
+        written to its parent's audit trail hide both agents' secrets)."""
+        joined = Redactor(secrets=(*self._secrets, *other._secrets))
+        joined._keys = self._keys | other._keys
+        return joined
 
     def __repr__(self) -> str:
         return f"<Redactor {len(self._keys)} keys, {self._count} values>"

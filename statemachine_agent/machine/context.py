@@ -77,6 +77,9 @@ class PhaseContext:
     host_deps: Any = None
     """The host's `deps=` for this run, handed to tools in their `RunContext`; a live
     object of this process, never checkpointed."""
+    cancel: Any = None
+    """The run's `CancelToken`, if the host gave one (set by the engine): a sub-agent's
+    run started by this one is cancelled with it."""
 
     @property
     def arrival(self) -> str | None:

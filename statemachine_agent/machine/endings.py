@@ -185,11 +185,12 @@ async def awaiting_approval(ctx: PhaseContext) -> Ending:
     """List the calls waiting for a decision; `Agent.resume` continues with the answers."""
     run = ctx.state
     waiting = set(run.approval.awaiting)
-    pending = [
-        {"tool_use_id": c.id, "name": c.name, "input": c.input}
-        for c in run.pending_calls
-        if c.id in waiting
-    ]
+    pending: list[dict[str, Any]] = []
+    for c in run.pending_calls:
+        if c.id in waiting:
+            pending.append({"tool_use_id": c.id, "name": c.name, "input": c.input})
+        child = run.subagents.runs.get(c.id) or {}
+        pending += [p for p in child.get("pending") or () if p["tool_use_id"] in waiting]
     names = ", ".join(sorted({p["name"] for p in pending}))
     return Ending(
         _last_text(ctx),

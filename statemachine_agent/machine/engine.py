@@ -197,6 +197,7 @@ class Engine:
         """
         run = ctx.state
         ctx.started_at = ctx.deps.effects.monotonic() - run.elapsed_s
+        ctx.cancel = cancel
         if ctx.emitter.listened():  # encoding the settings alone is ~50-150 us a run
             fields = {
                 "state": run.state,

@@ -27,13 +27,16 @@ def prepare_resume(record: RunRecord, decisions: Mapping[str, Decision]) -> None
     decisions and forgets the cancel request that stopped it.
     """
     if record.state == "awaiting_approval":
-        unknown = sorted(set(decisions) - set(record.approval.awaiting))
+        keyed = {_waiting_key(record, key): decision for key, decision in decisions.items()}
+        unknown = sorted(k for k in decisions if _waiting_key(record, k) is None)
         if unknown:
             raise ValueError(
                 f"run {record.run_id} has no call waiting with id(s) {', '.join(unknown)}; "
                 f"waiting: {', '.join(record.approval.awaiting)}"
             )
-        record.approval.decisions.update({k: decision_to_plain(v) for k, v in decisions.items()})
+        record.approval.decisions.update(
+            {k: decision_to_plain(v) for k, v in keyed.items() if k is not None}
+        )
         record.approval.awaiting = []
         return
     if decisions:
@@ -48,3 +51,14 @@ def prepare_resume(record: RunRecord, decisions: Mapping[str, Decision]) -> None
             f"run {record.run_id} already ended in {record.state!r}; only runs awaiting "
             "approval, cancelled or interrupted can be resumed"
         )
+
+
+def _waiting_key(record: RunRecord, key: str) -> str | None:
+    """The waiting call a decision's key names: its key as listed, or a sub-agent's call
+    by its own tool_use id alone (the last part of `<parent id>/<child id>`) when no
+    other waiting call ends with it."""
+    awaiting = record.approval.awaiting
+    if key in awaiting:
+        return key
+    ends = [k for k in awaiting if k.rpartition("/")[2] == key]
+    return ends[0] if len(ends) == 1 else None

@@ -174,6 +174,21 @@ class ApprovalTrack:
 
 
 @dataclass(slots=True)
+class SubagentTrack:
+    """The sub-agent runs this run started through `Agent.as_tool` tools, and what of
+    their spending is already charged to it."""
+
+    runs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """By the tool_use id that started it: the child's `run_id`, `agent`, `end_state`,
+    the `usage` and `cost_usd` charged here so far, and (while it waits for approval)
+    its `pending` calls, keyed as this run's `approval.awaiting` names them."""
+    limit_salvage: dict[str, str] | None = None
+    """A child's salvage call already spent past this run's cost, token or time limit
+    (`run_id`, `text`): the one call the budget allows past a limit is used, so this
+    run's own salvage is not made and the child's summary stands for it."""
+
+
+@dataclass(slots=True)
 class RunRecord:
     """The mutable state of one run; `state` is the machine's current state.
 
@@ -234,6 +249,10 @@ class RunRecord:
     metadata: dict[str, Any] = field(default_factory=dict, metadata=REPLACED)
     """The host's `metadata=` (tenant, user, request id): JSON, stamped on every event;
     only ever replaced (a resume merging new metadata builds a new dict)."""
+    parent: dict[str, str] | None = field(default=None, metadata=REPLACED)
+    """For a sub-agent's run: the parent's `run_id` and the `tool_use_id` of the call
+    that started it (see `Agent.as_tool`)."""
+    subagents: SubagentTrack = field(default_factory=SubagentTrack)
 
     @property
     def budget(self) -> Budget:

@@ -31,6 +31,10 @@ def salvage_notice(why: str) -> str:
 async def salvage(ctx: PhaseContext, why: str) -> tuple[str, dict[str, Any]]:
     """Make the salvage call; returns its text and the facts to report (usage, cost)."""
     run = ctx.state
+    taken = run.subagents.limit_salvage
+    if taken is not None:  # a sub-agent's salvage already was the one call past the limit
+        skipped = "a sub-agent's salvage call was the one call the budget allows past its limit"
+        return taken["text"], {"salvage": {"skipped": skipped, "run_id": taken["run_id"]}}
     max_tokens = _affordable_tokens(ctx)
     if max_tokens is None:
         cap = run.budget.salvage_max_cost_usd

@@ -49,6 +49,8 @@ class StreamTap:
         """The number of the loop's model call in flight (or the last one)."""
 
     def write(self, record: Mapping[str, Any]) -> None:
+        if record.get("run_id", self.run_id) != self.run_id:
+            return  # a sub-agent's event: its run is not the one streamed
         event = record.get("event")
         if event == "model.requested" and "purpose" not in record:
             self.iteration = int(record.get("iteration") or 0)

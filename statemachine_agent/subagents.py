@@ -1,0 +1,314 @@
+"""Sub-agents: an agent as a tool of another (`Agent.as_tool`).
+
+Calling the tool starts a child run: a run of the other agent with its own record,
+machine and trail, linked to the parent (`parent_run_id` and the tool_use id on its
+record, its checkpoints and every one of its events). The child is part of the
+parent's run, not a world of its own:
+
+- its events go where the parent's go (the same audit file and hash chain, the same
+  sinks), each stamped with the link, so a report shows it under its tool call;
+- it is checkpointed in the parent's store, so a parent resumed in another process
+  finds it;
+- what the parent has left of its cost, token and time limits caps the child's own,
+  and what the child spends is charged to the parent when the tool returns;
+- cancelling the parent (its `CancelToken`) cancels the child;
+- a child that pauses for approval pauses the parent: its pending calls are listed
+  as the parent's, keyed `<parent tool_use id>/<child tool_use id>`, and resuming
+  the parent with decisions for them resumes the child.
+
+The handler here only starts or resumes the child and reports a `SubRun`; what
+that means for the parent (the charge, the pause, the tool result) is decided by
+the parent's `act` phase, the one place a run's tool outcomes are recorded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from statemachine_agent.machine.ends import END_STATES, RESUMABLE_STATES
+from statemachine_agent.machine.resume import prepare_resume
+from statemachine_agent.models.base import Usage
+from statemachine_agent.models.streaming import muted
+from statemachine_agent.persistence.base import load_record
+from statemachine_agent.persistence.delta import CheckpointWriter
+from statemachine_agent.policy.approval import Decision, decision_from_plain
+from statemachine_agent.policy.budget import Budget
+from statemachine_agent.tools.base import Tool
+from statemachine_agent.tools.context import RunContext
+from statemachine_agent.tools.registry import ToolError
+
+if TYPE_CHECKING:
+    from statemachine_agent.agent import Agent
+    from statemachine_agent.machine.context import PhaseContext
+    from statemachine_agent.machine.run import RunRecord
+
+KEY_SEPARATOR = "/"
+"""Joins the parent's tool_use id and the child's in the parent's pending keys."""
+
+TASK_SCHEMA: Mapping[str, Any] = {
+    "type": "object",
+    "properties": {
+        "task": {
+            "type": "string",
+            "description": "The task for the sub-agent, with everything it needs to know: "
+            "it sees nothing of this conversation but this text.",
+        }
+    },
+    "required": ["task"],
+    "additionalProperties": False,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class SubRun:
+    """How a child run came back, as the parent's `act` records it."""
+
+    run_id: str
+    agent: str
+    end_state: str
+    text: str
+    reason: str
+    usage: Usage
+    cost_usd: float
+    """The child's totals so far (the parent is charged what it was not charged yet)."""
+    pending: tuple[dict[str, Any], ...] = ()
+    """The child's calls waiting for approval, keyed as the child names them."""
+    salvaged: bool = False
+    """A salvage call was made for the child (or for one of its own sub-agents)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ParentScope:
+    """What the sub-agent tools of one `act` need of the parent run."""
+
+    ctx: PhaseContext
+    decisions: Mapping[str, Mapping[str, Decision]] = field(default_factory=dict)
+    """Approval decisions for each child, by the parent's tool_use id (child keys)."""
+
+
+_PARENT: contextvars.ContextVar[ParentScope | None] = contextvars.ContextVar(
+    "statemachine_agent_parent_scope", default=None
+)
+
+
+@contextlib.contextmanager
+def parent_scope(scope: ParentScope) -> Iterator[None]:
+    """Make `scope` the parent of the sub-agent calls started inside the block."""
+    token = _PARENT.set(scope)
+    try:
+        yield
+    finally:
+        _PARENT.reset(token)
+
+
+def child_run_id(parent_run_id: str, tool_use_id: str) -> str:
+    """The child's run id: derived from its call, so a parent resumed after a crash
+    finds the child it had started."""
+    return f"{parent_run_id}.{tool_use_id}"
+
+
+def child_key(tool_use_id: str, key: str) -> str:
+    """The parent's name for a child's pending call."""
+    return f"{tool_use_id}{KEY_SEPARATOR}{key}"
+
+
+def take_decisions(decisions: dict[str, dict[str, Any]], tool_use_id: str) -> dict[str, Decision]:
+    """Remove from the parent's stored decisions those meant for the child started by
+    `tool_use_id`, and return them keyed as the child names its calls."""
+    prefix = child_key(tool_use_id, "")
+    mine = [key for key in decisions if key.startswith(prefix)]
+    taken: dict[str, Decision] = {}
+    for key in mine:
+        answer = decision_from_plain(decisions.pop(key))
+        if not isinstance(answer, Decision):  # pragma: no cover - stored decisions never defer
+            continue
+        taken[key[len(prefix) :]] = answer
+    return taken
+
+
+class Delegate:
+    """The handler of an `as_tool` tool: starts or resumes a run of `agent`."""
+
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+
+    async def run(self, task: str, run_context: RunContext[Any]) -> Any:
+        scope = _PARENT.get()
+        if scope is None:  # no parent run (a direct `registry.execute`): a plain run
+            result = await self.agent.arun(
+                task, deps=run_context.deps, metadata=dict(run_context.metadata)
+            )
+            return result.text or result.reason
+        decisions = scope.decisions.get(run_context.tool_call_id, {})
+        return await drive_child(self.agent, scope.ctx, run_context.tool_call_id, task, decisions)
+
+
+def agent_tool(agent: Agent, *, name: str, description: str) -> Tool:
+    """The tool that runs `agent` as a sub-agent (see `Agent.as_tool`)."""
+    return Tool(
+        name=name,
+        description=description,
+        input_schema=TASK_SCHEMA,
+        handler=Delegate(agent).run,
+        timeout=None,  # the child's time is capped by the budget, not by a tool timeout
+        sequential=True,  # each child is capped by what the ones before it left
+    )
+
+
+def delegate_of(tool: Tool) -> Delegate | None:
+    """The sub-agent behind a tool made by `as_tool`, if it is one."""
+    owner = getattr(tool.handler, "__self__", None)
+    return owner if isinstance(owner, Delegate) else None
+
+
+def may_pause(tool: Tool) -> bool:
+    """Whether a call of `tool` may end its run in `awaiting_approval`: it needs approval,
+    or it is a sub-agent with such a tool (at any depth)."""
+    if tool.requires_approval:
+        return True
+    delegate = delegate_of(tool)
+    return delegate is not None and any(may_pause(t) for t in delegate.agent.tools)
+
+
+async def drive_child(
+    agent: Agent,
+    parent: PhaseContext,
+    tool_use_id: str,
+    task: str,
+    decisions: Mapping[str, Decision],
+) -> SubRun:
+    """Start the child of one call, or resume it (paused, cancelled or interrupted by a
+    crash of the parent), capped by what the parent has left; return how it ended."""
+    prun = parent.state
+    link = prun.subagents.runs.get(tool_use_id) or {}
+    run_id = str(link.get("run_id") or child_run_id(prun.run_id, tool_use_id))
+    store = parent.deps.checkpointer or agent.checkpointer
+    deps = dataclasses.replace(agent._deps, checkpointer=store)
+    writer: CheckpointWriter | None = None
+    if store is not None and any(True for _ in store.bodies(run_id)):
+        record = load_record(store, run_id)
+        if record.state in END_STATES and record.state not in RESUMABLE_STATES:
+            return _ended(record, agent.name)  # it ended, but the parent crashed before noting it
+        writer = CheckpointWriter.resumed(record)
+        prepare_resume(record, decisions)
+    else:
+        record = agent._new_record(task, (), run_id, prun.metadata)
+        record.parent = {"run_id": prun.run_id, "tool_use_id": tool_use_id}
+    charged = Usage.from_dict(link.get("usage") or {}), float(link.get("cost_usd") or 0.0)
+    budget = capped(agent.budget, parent, record, charged)
+    record.settings = dataclasses.replace(record.settings, budget=budget)
+    parent.emitter.emit(
+        "subagent.started", iteration=prun.iteration, tool_use_id=tool_use_id,
+        child_run_id=run_id, agent=agent.name, resumed=writer is not None,
+        budget={"max_iterations": budget.max_iterations, "max_cost_usd": budget.max_cost_usd,
+                "max_total_tokens": budget.max_total_tokens, "max_seconds": budget.max_seconds},
+    )  # fmt: skip
+    with muted():  # the child's replies are not the reply a watcher of the parent reads
+        result = await agent._drive(
+            record, cancel=parent.cancel, writer=writer, deps=deps, host_deps=parent.host_deps,
+            parent=parent,
+        )  # fmt: skip
+    details = result.details or {}
+    salvage = details.get("salvage")
+    return SubRun(
+        run_id=result.run_id,
+        agent=agent.name,
+        end_state=result.end_state,
+        text=result.text,
+        reason=result.reason,
+        usage=result.usage,
+        cost_usd=result.cost_usd,
+        pending=tuple(details.get("pending") or ()),
+        salvaged=isinstance(salvage, Mapping) and ("usage" in salvage or "run_id" in salvage),
+    )
+
+
+def capped(
+    own: Budget, parent: PhaseContext, record: RunRecord, charged: tuple[Usage, float]
+) -> Budget:
+    """The child's budget: its own, with each cost, token and time limit lowered to what
+    the parent has left (plus what the child had already spent and been charged for).
+
+    Raises `ToolError` (an answer to the parent's model) when the parent has nothing
+    left under one of those limits: a child started then could only overspend.
+    """
+    prun = parent.state
+    limits = prun.budget
+    usage, cost = charged
+    changes: dict[str, Any] = {}
+    if limits.max_cost_usd is not None:
+        left = limits.max_cost_usd - prun.cost_usd
+        if left <= 0:
+            raise ToolError(_spent(f"cost ${prun.cost_usd:.4f} of ${limits.max_cost_usd:.4f}"))
+        changes["max_cost_usd"] = _lower(own.max_cost_usd, cost + left)
+    if limits.max_total_tokens is not None:
+        used = prun.usage.total_tokens
+        left_tokens = limits.max_total_tokens - used
+        if left_tokens <= 0:
+            raise ToolError(_spent(f"{used} of {limits.max_total_tokens} tokens"))
+        cap = usage.total_tokens + left_tokens
+        changes["max_total_tokens"] = int(_lower(own.max_total_tokens, cap))
+    if limits.max_seconds is not None:
+        elapsed = parent.deps.effects.monotonic() - parent.started_at
+        left_s = limits.max_seconds - elapsed
+        if left_s <= 0:
+            raise ToolError(_spent(f"{elapsed:.1f} s of {limits.max_seconds:.1f} s"))
+        changes["max_seconds"] = _lower(own.max_seconds, record.elapsed_s + left_s)
+    return dataclasses.replace(own, **changes) if changes else own
+
+
+def _lower(own: float | None, cap: float) -> float:
+    return cap if own is None else min(own, cap)
+
+
+def _spent(figures: str) -> str:
+    return (
+        f"Not run: this run's budget is spent ({figures}); a sub-agent started now could "
+        "only overspend it. Answer with what you have."
+    )
+
+
+def _ended(record: RunRecord, agent: str) -> SubRun:
+    """A child that had ended, told from its record (its last assistant text)."""
+    text = ""
+    for message in reversed(record.messages):
+        if message.get("role") == "assistant":
+            content = message.get("content")
+            blocks = content if isinstance(content, list) else [{"type": "text", "text": content}]
+            text = "".join(str(b.get("text", "")) for b in blocks if b.get("type") == "text")
+            break
+    return SubRun(
+        run_id=record.run_id,
+        agent=agent,
+        end_state=record.state,
+        text=text,
+        reason=f"the sub-agent's run had already ended ({record.state})",
+        usage=record.usage,
+        cost_usd=record.cost_usd,
+    )
+
+
+def outcome_text(sub: SubRun) -> tuple[str, bool]:
+    """What the parent's model reads of a child that ended, and whether it is an error."""
+    if sub.end_state in ("completed", "finished"):
+        return sub.text or sub.reason, False
+    head = f"The sub-agent {sub.agent!r} stopped early ({sub.end_state}): {sub.reason}."
+    if sub.text:
+        return f"{head}\nIts summary of what it found:\n{sub.text}", False
+    return head, True
+
+
+def minus(total: Usage, part: Usage) -> Usage:
+    """`total - part`, field by field (what a child spent since it was last charged)."""
+    return Usage(
+        total.input_tokens - part.input_tokens,
+        total.output_tokens - part.output_tokens,
+        total.cache_read_tokens - part.cache_read_tokens,
+        total.cache_write_5m_tokens - part.cache_write_5m_tokens,
+        total.cache_write_1h_tokens - part.cache_write_1h_tokens,
+    )
