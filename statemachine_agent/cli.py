@@ -288,11 +288,20 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def cmd_diagram(args: argparse.Namespace) -> int:
     trail = None
+    if args.run_id and not args.run:
+        raise UsageError("--run-id picks a run of the --run audit file: give --run AUDIT.jsonl")
     if args.run:
         events = load_events(args.run)
-        trail = [e for e in events if e["event"] == "transition.fired"]
+        chosen = args.run_id or (str(events[0].get("run_id", "")) if events else "")
+        trail = [
+            e for e in events if e["event"] == "transition.fired" and e.get("run_id") == chosen
+        ]
         if not trail:
-            raise UsageError(f"{args.run} has no transition.fired events to highlight")
+            runs = sorted({str(e.get("run_id")) for e in events if "run_id" in e})
+            known = f" (its runs: {', '.join(runs)})" if args.run_id and runs else ""
+            raise UsageError(
+                f"{args.run} has no transition.fired events of run {chosen!r} to highlight{known}"
+            )
     if args.format == "png" and not args.output:
         raise UsageError("--format png writes a binary image: give -o FILE.png")
     try:
@@ -400,6 +409,12 @@ def parser() -> argparse.ArgumentParser:
         help="mermaid and dot are text; svg and png are rendered by Graphviz (default: mermaid)",
     )
     diagram.add_argument("--run", metavar="AUDIT.jsonl", help="highlight the path of a run")
+    diagram.add_argument(
+        "--run-id",
+        metavar="ID",
+        help="the run of the --run file to highlight, e.g. a sub-agent's (default: the "
+        "file's first run)",
+    )
     diagram.add_argument(
         "--full",
         action="store_true",

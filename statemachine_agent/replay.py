@@ -28,7 +28,7 @@ from typing import Any
 
 from statemachine_agent.agent import Agent
 from statemachine_agent.audit.config import Audit
-from statemachine_agent.audit.sink import MemorySink, read_events
+from statemachine_agent.audit.sink import MemorySink, read_events, run_events
 from statemachine_agent.machine.engine import CancelToken
 from statemachine_agent.machine.result import RunResult
 from statemachine_agent.machine.settings import RunSettings
@@ -367,7 +367,7 @@ def replay(audit: str | Path, *, output_type: Any = None) -> ReplayReport:
     answer (`report.result.output`); without it, the recorded `final_result`
     schema is used and the answer is its JSON form.
     """
-    events = read_events(Path(audit))
+    events = [dict(e) for e in run_events(read_events(Path(audit)))]  # not its sub-agents'
     parts = segments(events)
     started = parts[0].events[0]
     if started["event"] != "run.started":

@@ -655,3 +655,104 @@ class TestThroughTheSDK:
             assert_end_state(result, "completed")
             assert server.invalid_requests == []
             assert len(server.requests) == 4
+
+
+class TestReportAndInspect:
+    @pytest.fixture
+    def audit_file(self, tmp_path: Path) -> tuple[Path, str, str]:
+        child = child_agent(
+            replies.tool_use("calculate", {"expression": "6*7"}), replies.text("It is 42.")
+        )
+        parent = Agent(
+            scripted(
+                replies.tool_use("helper", {"task": "What is 6*7?"}, id="toolu_parent1"),
+                replies.text("The helper says 42."),
+            ),
+            tools=[child.as_tool()],
+            audit=tmp_path / "audit",
+        )
+        result = parent.run("Ask the helper.")
+        assert result.audit_path is not None
+        return result.audit_path, result.run_id, f"{result.run_id}.toolu_parent1"
+
+    def test_the_report_nests_the_child_under_its_tool_call(
+        self, audit_file: tuple[Path, str, str]
+    ) -> None:
+        """The parent's report holds only its own transitions; the child is a report of its
+        own on the tool call that started it."""
+        from statemachine_agent import report
+
+        path, parent_id, child_id = audit_file
+        built = report.build(read_events(path))
+        assert built.run_id == parent_id
+        assert {t.dest for t in built.transitions} <= {"perceive", "reason", "act", "observe",
+                                                       "completed"}  # fmt: skip
+        assert len(built.transitions) == 6
+        ((_, call),) = built.children
+        assert call.tool_use_id == "toolu_parent1"
+        assert call.child is not None
+        assert call.child.run_id == child_id
+        assert call.child.agent == "helper"
+        assert call.child.parent_run_id == parent_id
+        assert call.child.outcome is not None
+        assert call.child.outcome.text == "It is 42."
+        assert [t.tool for i in call.child.iterations for t in i.tools] == ["calculate"]
+
+    def test_inspect_prints_the_child_after_the_parent(
+        self, audit_file: tuple[Path, str, str], capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """`inspect` shows the tool call's child run and then the child's own table."""
+        from statemachine_agent.cli import main
+
+        path, parent_id, child_id = audit_file
+        assert main(["inspect", str(path)]) == 0
+        out = capsys.readouterr().out
+        assert "↳ sub-agent run: completed" in out
+        assert f"↳ Sub-agent helper (call toolu_parent1, iteration 1): run {child_id}" in out
+        assert out.index(f"Run {parent_id}") < out.index(f"Run {child_id}")
+        assert "Answer:     It is 42." in out
+
+    def test_the_html_report_nests_the_child(
+        self, audit_file: tuple[Path, str, str], tmp_path: Path
+    ) -> None:
+        """The HTML report holds the child's run inside the tool call that started it."""
+        from statemachine_agent.cli import main
+
+        path, _, child_id = audit_file
+        out = tmp_path / "report.html"
+        assert main(["report", str(path), "-o", str(out)]) == 0
+        page = out.read_text(encoding="utf-8")
+        assert f'data-run-id="{child_id}"' in page
+        assert page.index("<code>helper</code>") < page.index(f'data-run-id="{child_id}"')
+
+    @pytest.mark.parametrize("which", ["parent", "child"])
+    def test_diagram_draws_either_run(
+        self, audit_file: tuple[Path, str, str], which: str, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """`diagram --run FILE --run-id ID` highlights the path of the run chosen (the
+        file's first run by default)."""
+        from statemachine_agent import diagrams
+        from statemachine_agent.cli import main
+
+        path, parent_id, child_id = audit_file
+        chosen = parent_id if which == "parent" else child_id
+        extra = [] if which == "parent" else ["--run-id", child_id]
+        assert main(["diagram", "--run", str(path), *extra]) == 0
+        trail = [
+            e for e in read_events(path)
+            if e["event"] == "transition.fired" and e["run_id"] == chosen
+        ]  # fmt: skip
+        assert capsys.readouterr().out == diagrams.render("mermaid", trail, full=False)
+
+    def test_diagram_of_an_unknown_run_names_the_runs(
+        self, audit_file: tuple[Path, str, str], capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """An id the file does not hold is a one-line usage error listing its runs."""
+        from statemachine_agent.cli import main
+
+        path, parent_id, child_id = audit_file
+        assert main(["diagram", "--run", str(path), "--run-id", "run_nope"]) == 2
+        err = capsys.readouterr().err
+        assert parent_id in err
+        assert child_id in err
+        assert len(err.strip().splitlines()) == 1

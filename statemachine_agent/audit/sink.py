@@ -7,7 +7,7 @@ passed per agent, so writing an audit file needs no global logging config.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import IO, Any, Protocol
 
@@ -116,3 +116,17 @@ def read_events(path: Path) -> list[dict[str, Any]]:
                 raise ValueError(f"{path}:{number}: not an audit event (no 'event' key)")
             events.append(event)
     return events
+
+
+def run_events(
+    events: Iterable[Mapping[str, Any]], run_id: str | None = None
+) -> list[Mapping[str, Any]]:
+    """The events of one run of an audit file: `run_id`'s, or the file's first run's.
+
+    A sub-agent's run writes its events into its parent's file (each with its own
+    `run_id` and a `parent_run_id`), so one file may hold several runs.
+    """
+    events = list(events)
+    if run_id is None:
+        run_id = str(events[0].get("run_id", "")) if events else ""
+    return [e for e in events if e.get("run_id") == run_id]

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from statemachine_agent.audit.sink import read_events
+from statemachine_agent.audit.sink import read_events, run_events
 from statemachine_agent.models.base import ModelError, ModelReply, ModelRequest, Usage
 
 
@@ -28,7 +28,7 @@ class ReplayModel:
     def __init__(
         self, audit: str | Path | Iterable[Mapping[str, Any]], *, purpose: str | None = None
     ) -> None:
-        events = read_events(Path(audit)) if isinstance(audit, str | Path) else list(audit)
+        events = run_events(read_events(Path(audit)) if isinstance(audit, str | Path) else audit)
         wanted = {None, "salvage"} if purpose is None else {purpose}
         self._calls: list[tuple[Mapping[str, Any], Mapping[str, Any]]] = []
         pending: Mapping[str, Any] | None = None

@@ -64,5 +64,9 @@ def html(
     text (`drawing.py`), and the page says so: the report is never refused.
     """
     report = build(events)
-    trail = [e for e in events if e.get("event") == "transition.fired"]
+    trail = [
+        e
+        for e in events
+        if e.get("event") == "transition.fired" and e.get("run_id") == report.run_id
+    ]
     return render(report, drawing(trail), source=source, verification=verification)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from statemachine_agent.machine.ends import SUCCESS_STATES
@@ -129,6 +129,9 @@ class ToolRun:
     error_kind: str | None = None
     fatal: bool = False
     duration_s: float | None = None
+    child: Report | None = None
+    """The sub-agent run this call started (`Agent.as_tool`), when its events are in
+    the same audit file."""
 
 
 @dataclass(frozen=True)
@@ -257,6 +260,19 @@ class Report:
     """Each time older exchanges were replaced by a summary (`context.summarized`)."""
     calls: Counter[str] = field(default_factory=Counter)
     """Model calls by purpose (`model_calls`)."""
+    parent_run_id: str | None = None
+    """For a sub-agent's run: the run that started it."""
+    parent_tool_use_id: str | None = None
+    agent: str | None = None
+    """For a sub-agent's run: the agent's name (from the parent's `subagent.started`)."""
+
+    @property
+    def children(self) -> tuple[tuple[Iteration, ToolRun], ...]:
+        """The sub-agent runs this run started, with the iteration and tool call of each."""
+        parts = [self.preamble] if self.preamble is not None else []
+        return tuple(
+            (i, t) for i in (*parts, *self.iterations) for t in i.tools if t.child is not None
+        )
 
     @property
     def tokens(self) -> Tokens:
@@ -280,10 +296,22 @@ class Report:
         return sum(1 for i in self.iterations for t in i.tools if t.failed)
 
 
-def build(events: Sequence[Mapping[str, Any]]) -> Report:
-    """Gather a report from a run's events, in the order they were written."""
+def build(events: Sequence[Mapping[str, Any]], run_id: str | None = None) -> Report:
+    """Gather a report from a run's events, in the order they were written.
+
+    An audit file may hold sub-agent runs besides its own (their events carry a
+    `parent_run_id`): the report is of `run_id`'s run (by default the file's first),
+    and each sub-agent run it started is a report of its own, nested under the tool
+    call that started it (`ToolRun.child`).
+    """
     if not events:
         raise ReportError("the audit file holds no events")
+    everything = events
+    chosen = run_id if run_id is not None else _str(events[0].get("run_id"))
+    events = [e for e in everything if _str(e.get("run_id")) == chosen]
+    if not events:
+        raise ReportError(f"the audit file holds no events of run {chosen!r}")
+    children = _children(everything, chosen)
     started = _first(events, "run.started") or {}
     ended = _last(events, "run.ended")
     totals = _Totals()
@@ -292,6 +320,8 @@ def build(events: Sequence[Mapping[str, Any]]) -> Report:
         after = _Totals.after(segment, totals)
         segments.append(_iteration(number, segment, after, totals))
         totals = after
+    if children:
+        segments = [_with_children(segment, children) for segment in segments]
     preamble: Iteration | None = segments.pop(0)
     if preamble is not None and not preamble.transitions and not preamble.notes:
         preamble = None
@@ -311,7 +341,37 @@ def build(events: Sequence[Mapping[str, Any]]) -> Report:
         event_count=len(events),
         summaries=_summaries(events),
         calls=model_calls(events),
+        parent_run_id=_str(events[0].get("parent_run_id")) or None,
+        parent_tool_use_id=_str(events[0].get("parent_tool_use_id")) or None,
+        agent=_agent_name(everything, chosen),
     )
+
+
+def _children(events: Sequence[Mapping[str, Any]], run_id: str) -> dict[str, Report]:
+    """The reports of the sub-agent runs `run_id` started, by the tool_use id of each."""
+    found: dict[str, str] = {}
+    for event in events:
+        if _str(event.get("parent_run_id")) == run_id:
+            call = _str(event.get("parent_tool_use_id"))
+            found.setdefault(call, _str(event.get("run_id")))
+    return {call: build(events, child) for call, child in found.items()}
+
+
+def _with_children(segment: Iteration, children: Mapping[str, Report]) -> Iteration:
+    tools = tuple(
+        replace(t, child=children[t.tool_use_id]) if t.tool_use_id in children else t
+        for t in segment.tools
+    )
+    return replace(segment, tools=tools)
+
+
+def _agent_name(events: Sequence[Mapping[str, Any]], run_id: str) -> str | None:
+    started = next(
+        (e for e in events if e.get("event") == "subagent.started"
+         and _str(e.get("child_run_id")) == run_id),
+        None,
+    )  # fmt: skip
+    return _str(started.get("agent")) or None if started is not None else None
 
 
 def _summaries(events: Sequence[Mapping[str, Any]]) -> tuple[SummaryStep, ...]:

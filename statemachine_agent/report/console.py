@@ -80,6 +80,9 @@ def _cells(iteration: Iteration) -> tuple[Text, str, Text, str, str]:
             tools.append(f"{tool.tool} ✗ {tool.error_kind}", style="red")
         else:
             tools.append(f"{tool.tool} ✓")
+        if tool.child is not None:
+            end = tool.child.outcome.end_state if tool.child.outcome is not None else "unfinished"
+            tools.append(f"\n  ↳ sub-agent run: {end}", style="cyan")
     return moves, stop, tools, _tokens(iteration.tokens), usd(iteration.cost_usd)
 
 
@@ -109,11 +112,28 @@ def console_for(stream: TextIO) -> Console:
 def print_inspect(
     report: Report, console: Console, verification: Verification | None = None
 ) -> None:
-    """The table, then how the run ended, then whether the audit file's chain holds."""
+    """The table, then how the run ended, then whether the audit file's chain holds;
+    then each sub-agent run it started, the same way, under its tool call."""
     console.print(inspect_table(report))
     if verification is not None:
         style = "green" if verification.ok else "bold red"
         console.print(Text(f"Audit:      {verification.summary}", style))
+    _print_outcome(report, console)
+    for iteration, tool in report.children:
+        child = tool.child
+        if child is None:  # pragma: no cover - `children` holds only calls with a child
+            continue
+        console.print(
+            Text(
+                f"\n↳ Sub-agent {child.agent or tool.tool} (call {tool.tool_use_id}, "
+                f"iteration {iteration.number}): run {child.run_id}",
+                style="bold cyan",
+            )
+        )
+        print_inspect(child, console)
+
+
+def _print_outcome(report: Report, console: Console) -> None:
     outcome = report.outcome
     if outcome is None:
         console.print(Text("End state:  none (no run.ended event: unfinished or cut short)", "red"))

@@ -360,12 +360,33 @@ def _tool(tool: ToolRun) -> str:
     if len(preview) > 60:
         preview = preview[:59] + "…"
     output = f"<h4>output</h4><pre>{_e(tool.output)}</pre>" if tool.output is not None else ""
+    child = _child_run(tool.child) if tool.child is not None else ""
     return (
         f'<details class="{cls}"><summary><code>{_e(tool.tool)}</code>'
         f'<span class="preview">{_e(preview)}</span>'
         f'<span class="state">{_e(state)}{_e(took)}</span></summary>'
-        f"<h4>input</h4><pre>{_json(tool.input)}</pre>{output}</details>"
+        f"<h4>input</h4><pre>{_json(tool.input)}</pre>{child}{output}</details>"
     )
+
+
+def _child_run(child: Report) -> str:
+    """A sub-agent's run, nested in the tool call that started it: its end, figures and
+    iterations (and its own sub-agents, nested the same way)."""
+    outcome = child.outcome
+    end = outcome.end_state if outcome is not None else "unfinished"
+    reason = f" ({_e(outcome.reason)})" if outcome is not None and outcome.reason else ""
+    parts = [
+        f'<section class="subrun" data-run-id="{_e(child.run_id)}">'
+        f"<h4>sub-agent run <code>{_e(child.run_id)}</code>"
+        f"{' · ' + _e(child.agent) if child.agent else ''}</h4>"
+        f'<p class="facts">ended in <code>{_e(end)}</code>{reason} · '
+        f"{count(child.tokens.total)} tokens · {usd(child.cost_usd)}</p>"
+    ]
+    if child.preamble is not None:
+        parts.append(_segment(child.preamble, "Before the first model call", "subpreamble"))
+    parts += [_segment(i, f"Iteration {i.number}", "subiteration") for i in child.iterations]
+    parts.append("</section>")
+    return "".join(parts)
 
 
 def _transitions(transitions: tuple[Transition, ...]) -> str:
@@ -473,6 +494,7 @@ article .figures { margin-left: auto; color: var(--muted); font-size: 12.5px; }
 .tools .failed { border-color: #fda29b; background: #fffbfa; }
 .tools .failed .state, .tools .pending .state { color: var(--bad); }
 .tools details[open] { padding-bottom: 8px; }
+.subrun { border-left: 3px solid var(--line); margin: 8px 0 8px 4px; padding-left: 10px; }
 .notes { margin: 6px 0; padding-left: 18px; } .note { margin: 2px 0; }
 .note.error { color: var(--bad); }
 table.transitions { border-collapse: collapse; width: 100%; margin-top: 8px; font-size: 12.5px; }
