@@ -44,7 +44,16 @@ if TYPE_CHECKING:
 
 
 def console_renderer(_logger: Any, _method: str, event: dict[str, Any]) -> str:
-    """Show transitions and tool calls as they happen; drop the rest."""
+    """Show transitions and tool calls as they happen (a sub-agent's indented under its
+    parent's, with its run id); drop the rest."""
+    if event.get("parent_run_id") is None:
+        return _console_line(event)
+    if event.get("event") in ("run.started", "run.resumed"):
+        return f"{'':13}↳ sub-agent run {event['run_id']}"
+    return "    " + _console_line(event)
+
+
+def _console_line(event: dict[str, Any]) -> str:
     name = event.get("event")
     if name == "transition.fired":
         via = event.get("via") or []

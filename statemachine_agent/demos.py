@@ -218,6 +218,65 @@ STORED_CONVERSATION = Scenario(
     follow_ups=("It takes me 25 minutes to walk to the station. When should I leave?",),
 )
 
+
+def _team() -> list[Tool]:
+    """The lead's tools: two sub-agents, each an agent of its own with a scripted model."""
+    from statemachine_agent.agent import Agent
+
+    researcher = Agent(
+        ScriptedModel(
+            [
+                tool_use("calculate", {"expression": "18000 / 4"}),
+                text("Split four ways, the ¥18000 dinner is ¥4500 each."),
+            ]
+        ),
+        tools=[calculate],
+        system="Answer one question; use calculate for all arithmetic.",
+        name="researcher",
+    )
+    mailer = Agent(
+        ScriptedModel(
+            [
+                tool_use(
+                    "draft_email", {**INVITATION, "body": INVITATION["body"] + " ¥4500 each."}
+                ),
+                tool_use("send_email", {"draft": 1}),
+                text("Draft 1 (the invitation to Ken) is sent."),
+            ]
+        ),
+        tools=[draft_email, send_email],
+        system="You handle e-mail: draft first, then send.",
+        name="mailer",
+    )
+    return [
+        researcher.as_tool(description="Answers one question, with a calculator."),
+        mailer.as_tool(description="Drafts and sends e-mail; a person approves each send."),
+    ]
+
+
+SUBAGENTS = Scenario(
+    name="subagents",
+    title="Sub-agents: a lead delegates to two agents; the mailer's send pauses both for "
+    "approval, and resuming the lead resumes the mailer",
+    prompt="Invite Ken to dinner in Umeda on Friday at 19:00; the ¥18000 bill is split "
+    "four ways, tell him his share.",
+    system="Delegate: questions to the researcher, e-mail to the mailer.",
+    tools=_team,
+    replies=lambda: [
+        tool_use("researcher", {"task": "What is ¥18000 split four ways?"}),
+        tool_use(
+            "mailer",
+            {
+                "task": "Invite ken@example.com to dinner in Umeda on Friday "
+                "at 19:00; his share is ¥4500. Send it."
+            },
+        ),
+        text("Ken is invited to dinner on Friday at 19:00; his share is ¥4500."),
+    ],
+    options=lambda: {"checkpointer": MemoryCheckpointer(), "budget": Budget(max_cost_usd=0.5)},
+    decide=lambda pending: {call["tool_use_id"]: Approve() for call in pending},
+)
+
 SCENARIOS: dict[str, Scenario] = {
     s.name: s
     for s in (
@@ -228,5 +287,6 @@ SCENARIOS: dict[str, Scenario] = {
         APPROVAL_PAUSE,
         MCP_TOOLS,
         STORED_CONVERSATION,
+        SUBAGENTS,
     )
 }

@@ -185,6 +185,53 @@ class TestPersistentChat:
         assert result.messages[0] == {"role": "user", "content": "Hi, my name is Ada."}
 
 
+class TestResearchTeam:
+    """A lead with two sub-agents: one answers, one waits for approval, then both finish."""
+
+    def test_the_mailer_pauses_the_lead_and_resumes_with_it(self, tmp_path: Path) -> None:
+        """The lead pauses on the mailer's send (keyed lead call/mailer call); once
+        approved, the mail is sent and the lead answers with the researcher's figure."""
+        example = load("research_team")
+        example.SENT.clear()
+        seen: list[dict[str, Any]] = []
+
+        def review(call: dict[str, Any]) -> Approve:
+            seen.append(dict(call))
+            assert example.SENT == []  # nothing is sent before the review
+            return Approve()
+
+        result = example.main(tmp_path, review=review)
+        assert_end_state(result, "completed")
+        assert [c["tool_use_id"] for c in seen] == [example.PENDING_KEY]
+        assert seen[0]["agent"] == "mailer"
+        assert example.SENT == [{"to": "ken@example.com", "body": "A leap year has 8784 hours."}]
+        assert tool_results(result) == [
+            ("researcher", "A leap year has 366 × 24 = 8784 hours."),
+            ("mailer", "Sent to ken@example.com."),
+        ]
+        assert "awaiting_approval" in result.path
+
+    def test_the_lead_is_charged_for_the_team(self, tmp_path: Path) -> None:
+        """The lead's cost is its own calls plus both sub-agents' (all in one audit file)."""
+        from statemachine_agent import read_events
+
+        example = load("research_team")
+        result = example.main(tmp_path)
+        assert result.audit_path is not None
+        events = read_events(result.audit_path)
+        replied = [e for e in events if e["event"] == "model.replied"]
+        assert len({e["run_id"] for e in replied}) == 3
+        assert len(replied) == 7
+        assert result.cost_usd == pytest.approx(sum(e["cost_usd"] for e in replied))
+
+    def test_a_denied_send_is_not_sent(self, tmp_path: Path) -> None:
+        """A denial reaches the mailer, which tells the lead; nothing is sent."""
+        example = load("research_team")
+        example.SENT.clear()
+        example.main(tmp_path, review=lambda call: Deny("Not now."))
+        assert example.SENT == []
+
+
 class TestAsUsersRunThem:
     """Every example is a script a user can copy and run."""
 

@@ -756,3 +756,24 @@ class TestReportAndInspect:
         assert parent_id in err
         assert child_id in err
         assert len(err.strip().splitlines()) == 1
+
+
+class TestDemo:
+    def test_the_subagents_demo_pauses_both_and_resumes_both(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """`demo --scenario subagents` shows the sub-agents' transitions under the lead's,
+        pauses on the mailer's send, approves it and completes; its audit file holds the
+        three runs in one chain."""
+        from statemachine_agent.audit.chain import verify_file
+        from statemachine_agent.cli import main
+
+        assert main(["demo", "--scenario", "subagents", "--audit-dir", str(tmp_path)]) == 0
+        out = capsys.readouterr().out
+        assert out.count("↳ sub-agent run") == 3  # researcher, mailer, mailer resumed
+        assert "End state:  awaiting_approval" in out
+        assert "Reviewer:   Approve send_email({'draft': 1})" in out
+        assert "End state:  completed" in out
+        (audit,) = tmp_path.glob("*.jsonl")
+        assert len({e["run_id"] for e in read_events(audit)}) == 3
+        assert verify_file(audit, None).exit_code == 0
