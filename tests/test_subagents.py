@@ -605,6 +605,76 @@ class TestApproval:
         assert child_ends == ["awaiting_approval", "completed"]
 
 
+class TestCrash:
+    def test_a_parent_that_crashed_mid_child_resumes_the_child(self, tmp_path: Path) -> None:
+        """The process dies inside the child's tool; resumed in a new process, the parent
+        finds the child in the store by its derived id and resumes it (its first model
+        call is not made again), and both finish."""
+        script = tmp_path / "crash.py"
+        script.write_text(
+            textwrap.dedent(
+                f"""
+                import json, os, sys
+                from pathlib import Path
+                from statemachine_agent import Agent, ScriptedModel, tool
+                from statemachine_agent.testing import replies
+
+                FLAG = Path({str(tmp_path / "crashed")!r})
+
+                @tool
+                def fragile(n: int) -> str:
+                    "Dies the first time."
+                    if not FLAG.exists():
+                        FLAG.write_text("x")
+                        os._exit(17)
+                    return f"fragile {{n}} ok"
+
+                step = sys.argv[1]
+                if step == "start":
+                    child_replies = [replies.tool_use("fragile", {{"n": 1}})]
+                    parent_replies = [replies.tool_use("helper", {{"task": "t"}}, id="toolu_h")]
+                else:
+                    child_replies = [replies.text("child done")]
+                    parent_replies = [replies.text("parent done")]
+                child = Agent(ScriptedModel(child_replies), tools=[fragile], name="helper")
+                parent = Agent(ScriptedModel(parent_replies), tools=[child.as_tool()],
+                               checkpointer={str(tmp_path / "runs.sqlite3")!r},
+                               audit={str(tmp_path / "audit")!r})
+                if step == "start":
+                    parent.run("go", run_id="run_crashy")
+                else:
+                    result = parent.resume("run_crashy")
+                    print(json.dumps({{"end_state": result.end_state, "text": result.text}}))
+                """
+            ),
+            encoding="utf-8",
+        )
+
+        def step(name: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [sys.executable, str(script), name], cwd=ROOT, capture_output=True, text=True,
+                check=False,
+            )  # fmt: skip
+
+        assert step("start").returncode == 17
+        store = SQLiteCheckpointer(tmp_path / "runs.sqlite3")
+        assert load_record(store, "run_crashy").state == "act"
+        assert load_record(store, "run_crashy.toolu_h").state == "act"
+        resumed = step("resume")
+        assert resumed.returncode == 0, resumed.stderr
+        assert json.loads(resumed.stdout.strip().splitlines()[-1]) == {
+            "end_state": "completed",
+            "text": "parent done",
+        }
+        events = read_events(tmp_path / "audit" / "run_crashy.jsonl")
+        started = [e for e in events if e["event"] == "subagent.started"]
+        assert [e["resumed"] for e in started] == [False, True]
+        child = load_record(store, "run_crashy.toolu_h")
+        assert child.state == "completed"
+        assert child.iteration == 2
+        assert [r["content"] for r in tool_results(child)] == ["fragile 1 ok"]
+
+
 API_KEY = "sk-ant-api03-TESTSECRET-subagents-abcdef"
 
 
