@@ -38,6 +38,7 @@ from statemachine_agent import (
     tool,
 )
 from statemachine_agent.audit.sink import read_events
+from statemachine_agent.effects.base import InProcessEffects
 from statemachine_agent.models.base import ModelRequest, Usage
 from statemachine_agent.testing import FakeAnthropicServer, replies
 from statemachine_agent.testing.assertions import assert_end_state
@@ -273,6 +274,45 @@ class TestBudget:
         assert_end_state(parent.run("go"), "completed")
         started = next(e for e in sink.events if e["event"] == "subagent.started")
         assert started["budget"]["max_total_tokens"] == 10_000 - 600
+
+
+class SteppedClock(InProcessEffects):
+    """A clock that only moves when a tool moves it."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+class TestTimeCap:
+    def test_the_parent_remaining_time_caps_the_child(self) -> None:
+        """After 30 of the parent's 100 seconds, the child may run for 70."""
+        clock = SteppedClock()
+
+        @tool
+        def wait(seconds: int) -> str:
+            """Let time pass."""
+            clock.now += seconds
+            return "waited"
+
+        sink = MemorySink()
+        child = child_agent(replies.text("ok"), budget=Budget(max_seconds=500))
+        parent = Agent(
+            scripted(
+                replies.tool_use("wait", {"seconds": 30}),
+                replies.tool_use("helper", {"task": "go"}),
+                replies.text("done"),
+            ),
+            tools=[wait, child.as_tool()],
+            budget=Budget(max_seconds=100),
+            effects=clock,
+            audit=Audit(sinks=[sink]),
+        )
+        assert_end_state(parent.run("go"), "completed")
+        started = next(e for e in sink.events if e["event"] == "subagent.started")
+        assert started["budget"]["max_seconds"] == pytest.approx(70.0)
 
 
 def calls_past_limits(
@@ -527,6 +567,36 @@ class TestApproval:
         again = parent.resume(paused.run_id)
         assert_end_state(again, "awaiting_approval")
         assert again.details == paused.details
+
+    def test_own_and_child_calls_wait_together(self, tmp_path: Path) -> None:
+        """A reply with a call of the parent's own approval tool and a sub-agent call that
+        pauses: both are listed, in call order; decisions for both finish both runs."""
+        child = Agent(
+            scripted(
+                replies.tool_use("send_email", {"to": "bob"}, id="toolu_send"),
+                replies.text("Mailed Bob."),
+            ),
+            tools=[send_email],
+            name="mailer",
+        )
+        parent = Agent(
+            scripted(
+                replies.tool_uses(
+                    ("send_email", {"to": "ann"}), ("mailer", {"task": "Mail Bob"}),
+                    ids=("toolu_own", "toolu_mail"),
+                ),
+                replies.text("Both mailed."),
+            ),
+            tools=[send_email, child.as_tool()],
+            checkpointer=SQLiteCheckpointer(tmp_path / "runs.sqlite3"),
+        )  # fmt: skip
+        paused = parent.run("Mail Ann and Bob")
+        assert_end_state(paused, "awaiting_approval")
+        keys = [p["tool_use_id"] for p in (paused.details or {})["pending"]]
+        assert keys == ["toolu_own", "toolu_mail/toolu_send"]
+        result = parent.resume(paused.run_id, decisions={k: Approve() for k in keys})
+        assert_end_state(result, "completed")
+        assert [r["content"] for r in tool_results(result)] == ["sent to ann", "Mailed Bob."]
 
     def test_a_sub_agent_that_may_pause_gives_the_parent_a_store(self) -> None:
         """A parent whose sub-agent has approval tools is checkpointed by default (in
