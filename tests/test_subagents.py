@@ -598,6 +598,42 @@ class TestApproval:
         assert_end_state(result, "completed")
         assert [r["content"] for r in tool_results(result)] == ["sent to ann", "Mailed Bob."]
 
+    def test_a_grandchild_pause_pauses_all_three(self, tmp_path: Path) -> None:
+        """Nesting keys the grandchild's call `<parent>/<child>/<grandchild>`; one decision,
+        even by the grandchild's own id alone, resumes all three."""
+        grandchild = Agent(
+            scripted(
+                replies.tool_use("send_email", {"to": "bob"}, id="toolu_g"), replies.text("G done")
+            ),
+            tools=[send_email],
+            name="mailer",
+        )
+        child = Agent(
+            scripted(
+                replies.tool_use("mailer", {"task": "mail"}, id="toolu_c"), replies.text("C done")
+            ),
+            tools=[grandchild.as_tool()],
+            name="manager",
+        )
+        parent = Agent(
+            scripted(
+                replies.tool_use("manager", {"task": "manage"}, id="toolu_p"),
+                replies.text("P done"),
+            ),
+            tools=[child.as_tool()],
+            checkpointer=SQLiteCheckpointer(tmp_path / "runs.sqlite3"),
+        )
+        paused = parent.run("go")
+        assert_end_state(paused, "awaiting_approval")
+        (call,) = (paused.details or {})["pending"]
+        assert call["tool_use_id"] == "toolu_p/toolu_c/toolu_g"
+        assert call["run_id"] == f"{paused.run_id}.toolu_p.toolu_c"
+        assert call["agent"] == "mailer"
+        result = parent.resume(paused.run_id, decisions={"toolu_g": Approve()})
+        assert_end_state(result, "completed")
+        assert result.text == "P done"
+        assert [r["content"] for r in tool_results(result)] == ["C done"]
+
     def test_a_sub_agent_that_may_pause_gives_the_parent_a_store(self) -> None:
         """A parent whose sub-agent has approval tools is checkpointed by default (in
         memory), so its pause can be resumed in this process."""
