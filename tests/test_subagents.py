@@ -155,6 +155,17 @@ class TestNestedRun:
         assert not list((tmp_path / "audit").glob("*.toolu_parent1.jsonl"))
         assert verify_file(result.audit_path, None).exit_code == 0
 
+    def test_the_parent_replays_from_the_shared_file(self, tmp_path: Path) -> None:
+        """A replay of the parent's audit file reads the parent's events only (the child's
+        answer is the recorded tool result) and takes the same path."""
+        from statemachine_agent.replay import replay
+
+        result, _, _ = self.run(tmp_path)
+        assert result.audit_path is not None
+        replayed = replay(result.audit_path)
+        assert replayed.matched, replayed.difference
+        assert replayed.result.text == "The helper says 42."
+
     def test_the_parent_is_charged_what_the_child_spent(self, tmp_path: Path) -> None:
         """The parent's usage and cost include the child's two calls."""
         result, sink, _ = self.run(tmp_path)
