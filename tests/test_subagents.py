@@ -791,6 +791,68 @@ class TestCrash:
         assert child.iteration == 2
         assert [r["content"] for r in tool_results(child)] == ["fragile 1 ok"]
 
+    def test_a_child_that_ended_before_the_parent_noted_it_is_not_run_again(
+        self, tmp_path: Path
+    ) -> None:
+        """The process dies after the child ended but before the parent recorded its
+        answer: the resumed parent takes the child's answer from its record."""
+        script = tmp_path / "crash.py"
+        script.write_text(
+            textwrap.dedent(
+                f"""
+                import json, os, sys
+                from statemachine_agent import Agent, Audit, ScriptedModel
+                from statemachine_agent.testing import replies
+
+                class DieOnChildEnd:
+                    def write(self, event):
+                        if event["event"] == "subagent.ended":
+                            os._exit(17)
+                    def close(self):
+                        pass
+
+                step = sys.argv[1]
+                child_replies = [replies.text("child done")] if step == "start" else []
+                parent_replies = (
+                    [replies.tool_use("helper", {{"task": "t"}}, id="toolu_h")]
+                    if step == "start" else [replies.text("parent done")]
+                )
+                sinks = [DieOnChildEnd()] if step == "start" else []
+                child = Agent(ScriptedModel(child_replies), name="helper")
+                parent = Agent(ScriptedModel(parent_replies), tools=[child.as_tool()],
+                               checkpointer={str(tmp_path / "runs.sqlite3")!r},
+                               audit=Audit(sinks=sinks))
+                if step == "start":
+                    parent.run("go", run_id="run_crashy")
+                else:
+                    result = parent.resume("run_crashy")
+                    print(json.dumps({{"end_state": result.end_state, "text": result.text,
+                                      "answers": [b["content"] for m in result.messages
+                                                  if isinstance(m["content"], list)
+                                                  for b in m["content"]
+                                                  if b.get("type") == "tool_result"],
+                                      "input_tokens": result.usage.input_tokens}}))
+                """
+            ),
+            encoding="utf-8",
+        )
+
+        def step(name: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [sys.executable, str(script), name], cwd=ROOT, capture_output=True, text=True,
+                check=False,
+            )  # fmt: skip
+
+        assert step("start").returncode == 17
+        store = SQLiteCheckpointer(tmp_path / "runs.sqlite3")
+        assert load_record(store, "run_crashy.toolu_h").state == "completed"
+        resumed = step("resume")
+        assert resumed.returncode == 0, resumed.stderr
+        done = json.loads(resumed.stdout.strip().splitlines()[-1])
+        assert done["end_state"] == "completed"
+        assert done["answers"] == ["child done"]
+        assert done["input_tokens"] == 3 * Usage.from_api(replies.DEFAULT_USAGE).input_tokens
+
 
 API_KEY = "sk-ant-api03-TESTSECRET-subagents-abcdef"
 
