@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -80,6 +81,8 @@ class SubRun:
     """The child's calls waiting for approval, keyed as the child names them."""
     salvaged: bool = False
     """A salvage call was made for the child (or for one of its own sub-agents)."""
+    data: Any = None
+    """The child's structured result (`finish`'s input, or its typed answer's JSON form)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,6 +228,7 @@ async def drive_child(
         cost_usd=result.cost_usd,
         pending=tuple(details.get("pending") or ()),
         salvaged=isinstance(salvage, Mapping) and ("usage" in salvage or "run_id" in salvage),
+        data=result.data,
     )
 
 
@@ -296,6 +300,9 @@ def _ended(record: RunRecord, agent: str) -> SubRun:
 def outcome_text(sub: SubRun) -> tuple[str, bool]:
     """What the parent's model reads of a child that ended, and whether it is an error."""
     if sub.end_state in ("completed", "finished"):
+        if isinstance(sub.data, Mapping) and not sub.text:  # a typed answer, or finish's input
+            answer = sub.data.get("result", sub.data)
+            return json.dumps(answer, ensure_ascii=False, default=str), False
         return sub.text or sub.reason, False
     head = f"The sub-agent {sub.agent!r} stopped early ({sub.end_state}): {sub.reason}."
     if sub.text:

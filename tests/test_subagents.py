@@ -183,6 +183,24 @@ class TestNestedRun:
         )
 
 
+class TestTypedChild:
+    def test_a_typed_answer_reaches_the_parent_as_json(self) -> None:
+        """A child with an output type answers the parent with its typed value, as JSON."""
+        child = Agent(
+            scripted(replies.tool_use("final_result", {"value": 42})),
+            output_type={"type": "object", "properties": {"value": {"type": "integer"}},
+                         "required": ["value"]},
+            name="typed",
+        )  # fmt: skip
+        parent = Agent(
+            scripted(replies.tool_use("typed", {"task": "x"}), replies.text("ok")),
+            tools=[child.as_tool()],
+        )
+        result = parent.run("go")
+        assert_end_state(result, "completed")
+        assert [json.loads(r["content"]) for r in tool_results(result)] == [{"value": 42}]
+
+
 class TestBudget:
     def loop(self, n: int, tokens: int, summary: str) -> list[Any]:
         """`n` costly tool calls; a salvage request (tool use forbidden) gets `summary`."""
