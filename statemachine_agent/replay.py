@@ -32,7 +32,7 @@ from statemachine_agent.audit.sink import MemorySink, read_events, run_events
 from statemachine_agent.machine.engine import CancelToken
 from statemachine_agent.machine.result import RunResult
 from statemachine_agent.machine.settings import RunSettings
-from statemachine_agent.models.base import Model, ModelReply, ModelRequest
+from statemachine_agent.models.base import Model, ModelReply, ModelRequest, Usage
 from statemachine_agent.models.replay import ReplayDivergenceError, ReplayModel
 from statemachine_agent.output import OUTPUT_TOOL
 from statemachine_agent.persistence.base import MemoryCheckpointer
@@ -40,6 +40,7 @@ from statemachine_agent.persistence.codec import from_plain
 from statemachine_agent.policy.approval import Approve, Decision, Defer, Deny, Edit, PolicyAnswer
 from statemachine_agent.policy.reflection import ReflectionPolicy
 from statemachine_agent.policy.verify import Claim, Verdict, VerifyPolicy
+from statemachine_agent.subagents import SubRun
 from statemachine_agent.tools.base import Tool, ToolCall, ToolOutcome
 from statemachine_agent.tools.registry import ToolRegistry
 
@@ -168,6 +169,7 @@ class ReplayEffects:
         self._outcomes: list[dict[str, ToolOutcome]] = [
             _tool_outcomes(part.events) for part in progress.parts
         ]
+        self._children = [_recorded_children(part.events) for part in progress.parts]
         self._fired = [e for e in events if e["event"] == "transition.fired"]
         self._clock = [0.0] + [float(e.get("elapsed_s", 0.0)) for e in self._fired]
         self._seq = 0
@@ -207,6 +209,11 @@ class ReplayEffects:
         recorded = self._outcomes[self._progress.index]
         for call in calls:
             outcome = recorded.get(call.id)
+            child = self._children[self._progress.index].get(call.id)
+            if child is not None:  # a sub-agent's call: it comes back (or pauses) as it did
+                answer = (outcome.content, outcome.is_error) if outcome is not None else None
+                sub = dataclasses.replace(child, answer=answer)
+                outcome = ToolOutcome(tool_use_id=call.id, name=call.name, content="", data=sub)
             if outcome is None:
                 if self._progress.current.ended is None:
                     raise ProcessDied(f"tool call {call.id}")
@@ -233,6 +240,36 @@ class ReplayEffects:
             if guards.get("cancel_requested"):
                 self._progress.token.cancel()
         return self._clock[min(upcoming, len(self._clock) - 1)]
+
+
+def _recorded_children(events: Sequence[Mapping[str, Any]]) -> dict[str, SubRun]:
+    """How each sub-agent call of the run came back (`subagent.ended`): its end, what was
+    charged for it and, for a child that paused, its pending calls (from `run.ended`)."""
+    ended = next((e for e in events if e["event"] == "run.ended"), {})
+    pending = list((ended.get("details") or {}).get("pending") or [])
+    children: dict[str, SubRun] = {}
+    for event in events:
+        if event["event"] != "subagent.ended" or str(event["tool_use_id"]) in children:
+            continue
+        call = str(event["tool_use_id"])
+        prefix = f"{call}/"
+        mine = tuple(
+            {**p, "tool_use_id": str(p["tool_use_id"])[len(prefix) :]}
+            for p in pending
+            if str(p.get("tool_use_id", "")).startswith(prefix)
+        )
+        children[call] = SubRun(
+            run_id=str(event.get("child_run_id", "")),
+            agent=str(event.get("agent", "")),
+            end_state=str(event.get("end_state", "")),
+            text="",
+            reason="",
+            usage=Usage.from_dict(event.get("usage") or {}),
+            cost_usd=float(event.get("cost_usd") or 0.0),
+            pending=mine,
+            salvaged=bool(event.get("salvaged", False)),
+        )
+    return children
 
 
 def _recorded_data(content: str) -> Any:

@@ -83,6 +83,8 @@ class SubRun:
     """A salvage call was made for the child (or for one of its own sub-agents)."""
     data: Any = None
     """The child's structured result (`finish`'s input, or its typed answer's JSON form)."""
+    answer: tuple[str, bool] | None = None
+    """The tool result as recorded (content, is_error): a replay gives it back as it was."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,6 +301,8 @@ def _ended(record: RunRecord, agent: str) -> SubRun:
 
 def outcome_text(sub: SubRun) -> tuple[str, bool]:
     """What the parent's model reads of a child that ended, and whether it is an error."""
+    if sub.answer is not None:
+        return sub.answer
     if sub.end_state in ("completed", "finished"):
         if isinstance(sub.data, Mapping) and not sub.text:  # a typed answer, or finish's input
             answer = sub.data.get("result", sub.data)

@@ -24,7 +24,7 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 
 from statemachine_agent import diagrams
-from statemachine_agent.audit.sink import read_events
+from statemachine_agent.audit.sink import read_events, run_events
 from statemachine_agent.cli import main
 from statemachine_agent.demos import SCENARIOS
 from statemachine_agent.report import (
@@ -66,15 +66,18 @@ def last_audit_file(directory: Path) -> Path:
 
 
 def demo_events(scenario: str, directory: Path) -> tuple[Path, list[Event]]:
-    """The audit file and events of one offline demo run."""
+    """The audit file and the events of one offline demo run (the file's own run: the
+    events of its sub-agents, in the same file, have their own report under it)."""
     main(["demo", "--scenario", scenario, "--audit-dir", str(directory)])
     path = last_audit_file(directory)
-    return path, read_events(path)
+    return path, [dict(e) for e in run_events(read_events(path))]
 
 
 def loop_replies(events: list[Event]) -> int:
-    """How many model.replied events belong to the loop itself (not salvage or critic)."""
-    return sum(1 for e in events if e["event"] == "model.replied" and "purpose" not in e)
+    """How many model.replied events belong to the loop of the file's own run (not salvage
+    or critic, nor a sub-agent's)."""
+    own = run_events(events)
+    return sum(1 for e in own if e["event"] == "model.replied" and "purpose" not in e)
 
 
 def usage(total_in: int, total_out: int) -> dict[str, int]:

@@ -223,7 +223,8 @@ class Act:
             run.subagents.limit_salvage = {"run_id": sub.run_id, "text": sub.text}
         ctx.emitter.emit("subagent.ended", iteration=run.iteration, tool_use_id=call.id,
                          child_run_id=sub.run_id, agent=sub.agent, end_state=sub.end_state,
-                         usage=usage.to_dict(), cost_usd=cost, paused=paused)  # fmt: skip
+                         usage=usage.to_dict(), cost_usd=cost, paused=paused,
+                         salvaged=sub.salvaged)  # fmt: skip
         if paused:
             ctx.checkpoint()
             return None

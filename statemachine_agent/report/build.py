@@ -351,9 +351,9 @@ def _children(events: Sequence[Mapping[str, Any]], run_id: str) -> dict[str, Rep
     """The reports of the sub-agent runs `run_id` started, by the tool_use id of each."""
     found: dict[str, str] = {}
     for event in events:
-        if _str(event.get("parent_run_id")) == run_id:
-            call = _str(event.get("parent_tool_use_id"))
-            found.setdefault(call, _str(event.get("run_id")))
+        child, parent = _str(event.get("run_id")), event.get("parent_run_id")
+        if parent is not None and _str(parent) == run_id and child != run_id:
+            found.setdefault(_str(event.get("parent_tool_use_id")), child)
     return {call: build(events, child) for call, child in found.items()}
 
 
