@@ -519,3 +519,27 @@ class TestOpenAIStreams:
         assert (started, complete) == (["calculate"], [{"expression": "6*7"}])
         result = events[-1].result  # type: ignore[union-attr]
         assert (result.end_state, result.text) == ("completed", "The answer is 42.")
+
+
+class TestSubAgents:
+    def test_a_sub_agent_is_not_streamed_as_the_parent(self, server: FakeAnthropicServer) -> None:
+        """Streaming a parent that calls a sub-agent: only the parent's replies, transitions
+        and tool results stream (the child's are in the audit trail, not the stream); the
+        sub-agent's answer arrives as the parent's tool result."""
+        server.add(
+            replies.tool_use("helper", {"task": "6*7?"}),
+            replies.tool_use("calculate", {"expression": "6*7"}, text="CHILD TEXT"),
+            replies.text("CHILD ANSWER 42"),
+            replies.text("The helper says 42."),
+        )
+        child = Agent(model_for(server), tools=[calculate], name="helper")
+        events = collect(Agent(model_for(server), tools=[child.as_tool()]), "Ask the helper.")
+        result = events[-1].result  # type: ignore[union-attr]
+        assert result.end_state == "completed"
+        texts = "".join(e.text for e in events if isinstance(e, TextDelta))
+        assert texts == "The helper says 42."
+        transitions = [e for e in events if isinstance(e, Transition)]
+        assert [t.seq for t in transitions] == [t.seq for t in result.trail]
+        assert {e.run_id for e in events if hasattr(e, "run_id")} == {result.run_id}
+        (answered,) = [e for e in events if isinstance(e, ToolResult)]
+        assert (answered.name, answered.content) == ("helper", "CHILD ANSWER 42")

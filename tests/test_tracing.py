@@ -182,3 +182,42 @@ class TestResumedRun:
         assert ran.parent is not None
         assert ran.parent.span_id == runs[1].context.span_id
         assert "statemachine_agent.tool.finished" not in attrs(ran)
+
+
+class TestSubAgents:
+    def test_a_child_run_is_a_span_under_its_tool_call(self, server: FakeAnthropicServer) -> None:
+        """A sub-agent's `invoke_agent` span is a child of the parent's `execute_tool` span
+        of the call that started it, in the same trace, naming the parent run and call;
+        the child's model calls are its own children, and the parent's span is intact."""
+        server.add(
+            replies.tool_use("helper", {"task": "6*7?"}, id="toolu_p"),
+            replies.tool_use("calculate", {"expression": "6*7"}),
+            replies.text("42"),
+            replies.text("The helper says 42."),
+        )
+        child = Agent(model_for(server), tools=[calculate], name="helper")
+        parent = Agent(model_for(server), tools=[child.as_tool()], name="lead", audit=TRACED)
+        result = parent.run("Ask the helper.")
+        assert result.end_state == "completed"
+        (lead,) = by_name("invoke_agent lead")
+        (helper,) = by_name("invoke_agent helper")
+        (delegation,) = by_name("execute_tool helper")
+        (calc,) = by_name("execute_tool calculate")
+        assert delegation.parent is not None
+        assert delegation.parent.span_id == lead.context.span_id
+        assert helper.parent is not None
+        assert helper.parent.span_id == delegation.context.span_id
+        assert helper.context.trace_id == lead.context.trace_id
+        assert attrs(helper)["statemachine_agent.parent_run_id"] == result.run_id
+        assert attrs(helper)["statemachine_agent.parent_tool_use_id"] == "toolu_p"
+        assert attrs(helper)["statemachine_agent.end_state"] == "completed"
+        assert calc.parent is not None
+        assert calc.parent.span_id == helper.context.span_id
+        chats = [s for s in spans() if s.name.startswith("chat ")]
+        assert sorted(s.parent.span_id for s in chats if s.parent is not None) == sorted(
+            [lead.context.span_id] * 2 + [helper.context.span_id] * 2
+        )
+        assert attrs(lead)["statemachine_agent.end_state"] == "completed"
+        assert [e.attributes["statemachine_agent.seq"] for e in lead.events if e.attributes] == [
+            1, 2, 3, 4, 5, 6
+        ]  # fmt: skip
