@@ -974,8 +974,11 @@ class TestReportAndInspect:
         path, parent_id, child_id = audit_file
         assert main(["inspect", str(path)]) == 0
         out = capsys.readouterr().out
-        assert "↳ sub-agent run: completed" in out
-        assert f"↳ Sub-agent helper (call toolu_parent1, iteration 1): run {child_id}" in out
+        assert "helper ✓" in out
+        assert "↳ completed" in out
+        assert "↳ Sub-agent helper, started by call toolu_parent1 in iteration 1:" in out
+        assert "2 model calls (1 sub-agent)" not in out
+        assert "4 model calls (2 sub-agent)" in out  # the parent's total counts the child's
         assert out.index(f"Run {parent_id}") < out.index(f"Run {child_id}")
         assert "Answer:     It is 42." in out
 

@@ -45,11 +45,21 @@ MODEL_CALL_EVENTS = ("model.replied", "model.failed")
 """The events that close a model call: one per call, whatever its purpose."""
 
 
+SUBAGENT_CALLS = "sub-agent"
+"""The purpose under which a run counts its sub-agents' model calls."""
+
+
 def model_calls(events: Iterable[Mapping[str, Any]]) -> Counter[str]:
     """The model calls a run made, by purpose (`loop` for its own, `salvage`, `critic`):
-    every call the budget was charged for, not only the loop's iterations."""
+    every call the budget was charged for, not only the loop's iterations. In an audit
+    file with sub-agent runs, the calls of runs other than the file's first are counted
+    as `sub-agent` calls (the first run was charged for them)."""
+    events = list(events)
+    first = events[0].get("run_id") if events else None
     return Counter(
-        _str(e.get("purpose")) or "loop" for e in events if e.get("event") in MODEL_CALL_EVENTS
+        (_str(e.get("purpose")) or "loop") if e.get("run_id") == first else SUBAGENT_CALLS
+        for e in events
+        if e.get("event") in MODEL_CALL_EVENTS
     )
 
 
@@ -340,11 +350,18 @@ def build(events: Sequence[Mapping[str, Any]], run_id: str | None = None) -> Rep
         points=_points(transitions, outcome),
         event_count=len(events),
         summaries=_summaries(events),
-        calls=model_calls(events),
+        calls=model_calls(events) + _subagent_calls(children.values()),
         parent_run_id=_str(events[0].get("parent_run_id")) or None,
         parent_tool_use_id=_str(events[0].get("parent_tool_use_id")) or None,
         agent=_agent_name(everything, chosen),
     )
+
+
+def _subagent_calls(children: Iterable[Report]) -> Counter[str]:
+    """The model calls of the sub-agent runs (at any depth), counted as `sub-agent` calls:
+    the run's tokens and cost include theirs, so its count of calls does too."""
+    total = sum(sum(child.calls.values()) for child in children)
+    return Counter({SUBAGENT_CALLS: total}) if total else Counter()
 
 
 def _children(events: Sequence[Mapping[str, Any]], run_id: str) -> dict[str, Report]:

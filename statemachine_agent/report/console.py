@@ -82,7 +82,7 @@ def _cells(iteration: Iteration) -> tuple[Text, str, Text, str, str]:
             tools.append(f"{tool.tool} ✓")
         if tool.child is not None:
             end = tool.child.outcome.end_state if tool.child.outcome is not None else "unfinished"
-            tools.append(f"\n  ↳ sub-agent run: {end}", style="cyan")
+            tools.append(f"\n  ↳ {end}", style="cyan")  # the sub-agent's run, shown below
     return moves, stop, tools, _tokens(iteration.tokens), usd(iteration.cost_usd)
 
 
@@ -125,8 +125,8 @@ def print_inspect(
             continue
         console.print(
             Text(
-                f"\n↳ Sub-agent {child.agent or tool.tool} (call {tool.tool_use_id}, "
-                f"iteration {iteration.number}): run {child.run_id}",
+                f"\n↳ Sub-agent {child.agent or tool.tool}, started by call {tool.tool_use_id} "
+                f"in iteration {iteration.number}:",
                 style="bold cyan",
             )
         )
