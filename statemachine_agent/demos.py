@@ -219,7 +219,7 @@ STORED_CONVERSATION = Scenario(
 )
 
 
-def _team() -> list[Tool]:
+def _team() -> list[Tool | Toolset]:
     """The lead's tools: two sub-agents, each an agent of its own with a scripted model."""
     from statemachine_agent.agent import Agent
 
