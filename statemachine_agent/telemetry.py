@@ -11,19 +11,31 @@ Only `opentelemetry-api` is needed (the `otel` extra): the application brings th
 SDK and its exporter. Without a configured tracer provider nothing is built.
 Message content is recorded only when the application opts in, with the
 convention's `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`.
+
+A run driven by a DBOS or Temporal worker continues the trace of whoever started
+it: `trace_carrier` takes the caller's W3C trace context (`traceparent`,
+`tracestate`) into a dict that travels with the workflow's input, and the worker
+runs the agent inside `continued(carrier)`, so its run span is a child of the
+caller's span, in whatever process that was. Workers trace through `RunTraces`,
+which the engines' replay gate holds back while a workflow replays, like every
+other sink.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from statemachine_agent.machine.ends import SUCCESS_STATES
 
 try:  # the `otel` extra
-    from opentelemetry import trace
+    from opentelemetry import context as otel_context
+    from opentelemetry import propagate, trace
+    from opentelemetry.context import Context
     from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 except ImportError:  # pragma: no cover - exercised only without the extra
     trace = None  # type: ignore[assignment]
@@ -36,13 +48,38 @@ TRACER_NAME = "statemachine_agent"
 
 def tracer_provider(given: Any = None) -> Any:
     """The provider runs are traced to: `given`, else the application's global one; None
-    when the API is not installed or no provider is configured (nothing is traced)."""
-    if trace is None:
+    when the API is not installed, no provider is configured or `given` is False (nothing
+    is traced)."""
+    if trace is None or given is False:
         return None
     provider = given if given is not None else trace.get_tracer_provider()
     if isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
         return None
     return provider
+
+
+def trace_carrier() -> dict[str, str] | None:
+    """The caller's trace context as a W3C carrier (`traceparent`, `tracestate`, baggage),
+    to store with a run started elsewhere; None when nothing is traced here."""
+    if trace is None:
+        return None
+    carrier: dict[str, str] = {}
+    propagate.inject(carrier)
+    return carrier or None
+
+
+@contextlib.contextmanager
+def continued(carrier: Mapping[str, str] | None) -> Iterator[None]:
+    """Inside the block the trace of `carrier` (from `trace_carrier`) is the current one:
+    a run driven there is a child of the span that started it."""
+    if trace is None or not carrier:
+        yield
+        return
+    token = otel_context.attach(propagate.extract(dict(carrier)))
+    try:
+        yield
+    finally:
+        otel_context.detach(token)
 
 
 def capture_content() -> bool:
@@ -69,9 +106,11 @@ class TraceSink:
         parent: Span | None = None,
     ) -> None:
         """`tracers`: the `TracerProvider` (see `tracer_provider`); `parent`: the span
-        the run's span is a child of (a sub-agent's: its parent's tool call)."""
+        the run's span is a child of (a sub-agent's: its parent's tool call); without one,
+        the span current now (the caller's, or the trace `continued` made current)."""
         self._tracers = tracers
         self._parent = parent
+        self._context = otel_context.get_current()
         self._tracer = tracers.get_tracer(TRACER_NAME)
         self._agent = agent_name
         self._provider = provider
@@ -111,7 +150,11 @@ class TraceSink:
     # -- events to spans ----------------------------------------------------------------
 
     def _child(self, name: str, attributes: dict[str, Any]) -> Span:
-        parent = trace.set_span_in_context(self._run) if self._run is not None else None
+        parent = (
+            trace.set_span_in_context(self._run, self._context)
+            if self._run is not None
+            else self._parent_context()
+        )
         merged = {**attributes, **self._metadata}
         span: Span = self._tracer.start_span(name, context=parent, kind=SpanKind.CLIENT,
                                              attributes=merged)  # fmt: skip
@@ -129,12 +172,26 @@ class TraceSink:
         for link in ("parent_run_id", "parent_tool_use_id"):  # a sub-agent's run
             if record.get(link):
                 attributes[f"statemachine_agent.{link}"] = str(record[link])
+        if record.get("event") not in ("run.started", "run.resumed"):
+            attributes["statemachine_agent.recovered"] = True
         self._metadata = _metadata_attributes(record)
         attributes.update(self._metadata)
         name = f"invoke_agent {self._agent}"
-        context = trace.set_span_in_context(self._parent) if self._parent is not None else None
-        self._run = self._tracer.start_span(name, context=context, kind=SpanKind.INTERNAL,
+        self._run = self._tracer.start_span(name, context=self._parent_context(),
+                                            kind=SpanKind.INTERNAL,
                                             attributes=attributes)  # fmt: skip
+
+    def _parent_context(self) -> Context:
+        """Where the run's span hangs: the parent span given, else the context of creation."""
+        if self._parent is None:
+            return self._context
+        return trace.set_span_in_context(self._parent, self._context)
+
+    def recovered(self, record: Mapping[str, Any]) -> None:
+        """Open the run's span at `record`, a later event than its start: this process
+        took the run over (a worker recovering it after a crash; its start, and the span
+        opened then, were in the process that died)."""
+        self._started(record)
 
     def _requested(self, record: Mapping[str, Any]) -> None:
         model = str(record.get("model") or "")
@@ -247,6 +304,43 @@ class TraceSink:
             open_span.set_attribute("statemachine_agent.tool.finished", False)
         self.close_children()
         span.end()
+
+
+class RunTraces:
+    """The spans of every run of one agent in a DBOS or Temporal worker.
+
+    One sink for all the agent's runs, as a worker's agent has: a `TraceSink` per run,
+    built at the run's first event here, in the trace `continued` made current. A run
+    whose first event here is not its start gets a run span marked
+    `statemachine_agent.recovered` (see `TraceSink.recovered`).
+    """
+
+    def __init__(self, given: Any, agent_name: str, provider: str) -> None:
+        """`given`: `Audit.tracer_provider` (None: the global provider, read per run)."""
+        self._given = given
+        self._agent = agent_name
+        self._provider = provider
+        self._runs: dict[str, TraceSink] = {}
+        self._lock = threading.Lock()
+
+    def write(self, record: Mapping[str, Any]) -> None:
+        run_id = str(record.get("run_id") or "")
+        event = record.get("event")
+        with self._lock:
+            sink = self._runs.get(run_id)
+            if sink is None:
+                tracers = tracer_provider(self._given)
+                if tracers is None or not run_id:
+                    return
+                sink = self._runs[run_id] = TraceSink(tracers, self._agent, self._provider)
+                if event not in ("run.started", "run.resumed"):
+                    sink.recovered(record)
+            if event == "run.ended":
+                del self._runs[run_id]
+        sink.write(record)
+
+    def close(self) -> None:
+        """Nothing to do: each run's spans end with the run (the sink outlives runs)."""
 
 
 def _metadata_attributes(record: Mapping[str, Any]) -> dict[str, Any]:

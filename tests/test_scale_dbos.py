@@ -14,6 +14,10 @@ from typing import Any
 
 import pytest
 from dbos import DBOS, DBOSClient
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import Tracer
 
 from statemachine_agent import Approve
 from statemachine_agent.audit.chain import verify_file
@@ -22,7 +26,12 @@ from statemachine_agent.effects import dbos
 from statemachine_agent.scale import UnknownAgentError
 from statemachine_agent.testing.postgres import LocalPostgres
 from tests.support import scale_agents as agents
-from tests.support.scale_agents import ledger_lines
+from tests.support.scale_agents import (
+    assert_one_trace,
+    assert_recovered_trace,
+    ledger_lines,
+    run_spans,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 PAYMENT_STEPS = [
@@ -70,6 +79,20 @@ def database(server: LocalPostgres, name: str) -> str:
 
 def run(coro: Any) -> Any:
     return asyncio.run(coro)
+
+
+def in_memory_tracer() -> tuple[InMemorySpanExporter, Tracer]:
+    """A tracer of the caller (a service enqueuing runs), read back in memory."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return exporter, provider.get_tracer("scale-tests")
+
+
+def hex_ids(span: ReadableSpan) -> tuple[str, str]:
+    """The trace id and span id of `span`, in hex as W3C writes them."""
+    assert span.context is not None
+    return f"{span.context.trace_id:032x}", f"{span.context.span_id:016x}"
 
 
 def counts(path: Path) -> Counter[str]:
@@ -244,18 +267,24 @@ class TestPostgres:
         """SIGKILLed inside a payment, the worker restarted under its id finishes the run,
         re-running only the payment in flight, and writes each audit event once."""
         url = database(postgres, "crash")
-        ledger, audit = tmp_path / "ledger", tmp_path / "audit"
+        ledger, audit, spans = tmp_path / "ledger", tmp_path / "audit", tmp_path / "spans"
+        spans.mkdir()
         env = {
             agents.LEDGER_ENV: str(ledger),
             agents.KILL_ENV: "toolu_pay7",
             agents.AUDIT_ENV: str(audit),
+            agents.SPANS_ENV: str(spans),
         }
         first = Worker(url, "w1", env, concurrency=4)
         workers.append(first)
         first.ready()
         client = DBOSClient(system_database_url=url)
+        exporter, tracer = in_memory_tracer()
         try:
-            run_id = dbos.enqueue_run(client, agents.PAYMENTS, "Pay my bills.", run_id="run_crash")
+            with tracer.start_as_current_span("handle request"):
+                run_id = dbos.enqueue_run(
+                    client, agents.PAYMENTS, "Pay my bills.", run_id="run_crash"
+                )
             assert first.died(timeout=60) == -9
             ran_before = counts(ledger)
             again = Worker(url, "w1", env, concurrency=4)
@@ -282,3 +311,29 @@ class TestPostgres:
         seqs = {e["seq"] for e in events if e["event"] == "transition.fired"}
         assert seqs == set(range(1, max(seqs) + 1))
         assert result.trail[-1].seq == max(seqs)
+        (request,) = exporter.get_finished_spans()
+        assert_recovered_trace(run_spans(spans, run_id), *hex_ids(request))
+
+    def test_the_worker_continues_the_callers_trace(
+        self, postgres: LocalPostgres, tmp_path: Path, workers: list[Worker]
+    ) -> None:
+        """A run enqueued inside a span of the caller's is traced by the worker process as
+        that span's child (its trace context is a workflow argument): the run span, its
+        model calls and tool calls, one trace across the two processes."""
+        url = database(postgres, "traced")
+        spans = tmp_path / "spans"
+        spans.mkdir()
+        worker = Worker(url, "w1", {agents.SPANS_ENV: str(spans)}, concurrency=2)
+        workers.append(worker)
+        worker.ready()
+        exporter, tracer = in_memory_tracer()
+        client = DBOSClient(system_database_url=url)
+        try:
+            with tracer.start_as_current_span("handle request"):
+                run_id = dbos.enqueue_run(client, agents.PAYMENTS, "Pay, traced.", run_id="run_tr")
+            result = dbos.wait_result(client, run_id, timeout_seconds=60)
+        finally:
+            client.destroy()
+        assert result.end_state == "completed"
+        (request,) = exporter.get_finished_spans()
+        assert_one_trace(run_spans(spans, run_id), *hex_ids(request))

@@ -24,7 +24,12 @@ from statemachine_agent.audit.sink import read_events
 from statemachine_agent.scale.codec import result_from_plain
 from statemachine_agent.scale.devserver import TemporalDevServer
 from tests.support import scale_agents as agents
-from tests.support.scale_agents import ledger_lines
+from tests.support.scale_agents import (
+    assert_one_trace,
+    assert_recovered_trace,
+    ledger_lines,
+    run_spans,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED_QUEUE = "shared"
@@ -162,7 +167,13 @@ class TestWorkerCrash:
         """SIGKILLed inside a payment, the worker's run is finished by a second worker that
         replays the history, re-runs only the activity in flight and writes no event twice."""
         ledger, audit, queue = tmp_path / "ledger", tmp_path / "audit", "crash"
-        env = {agents.LEDGER_ENV: str(ledger), agents.AUDIT_ENV: str(audit)}
+        spans = tmp_path / "spans"
+        spans.mkdir()
+        env = {
+            agents.LEDGER_ENV: str(ledger),
+            agents.AUDIT_ENV: str(audit),
+            agents.SPANS_ENV: str(spans),
+        }
         address = shared.server.address
         first = spawn(
             "worker", address, queue, "w1",
@@ -170,7 +181,7 @@ class TestWorkerCrash:
         )  # fmt: skip
         second: subprocess.Popen[str] | None = None
         try:
-            client = spawn("run", address, queue, agents.PAYMENTS, "run_crash", "Pay.", env=env)
+            client = spawn("traced", address, queue, agents.PAYMENTS, "run_crash", "Pay.", env=env)
             first.communicate(timeout=60)
             assert first.returncode == -9
             before = counts(ledger, "run_crash") + counts(ledger, "Pay.")
@@ -194,3 +205,28 @@ class TestWorkerCrash:
         assert names["run.started"] == names["run.ended"] == 1
         seqs = sorted(e["seq"] for e in events if e["event"] == "transition.fired")
         assert seqs == list(range(1, len(result.trail) + 1)), "a replayed event was written"
+        assert_recovered_trace(run_spans(spans, "run_crash"), done["trace_id"], done["span_id"])
+
+
+class TestTracing:
+    def test_the_worker_continues_the_callers_trace(self, shared: Shared, tmp_path: Path) -> None:
+        """A run started inside a span of the client process is traced by the worker process
+        as that span's child (its trace context travels in the workflow's input): the run
+        span, its model calls and tool calls, one trace across the two processes."""
+        spans = tmp_path / "spans"
+        spans.mkdir()
+        env = {agents.SPANS_ENV: str(spans)}
+        address, queue = shared.server.address, "traced"
+        worker = spawn("worker", address, queue, "traced", env=env)
+        try:
+            assert worker.stdout is not None
+            ready = worker.stdout.readline()
+            assert json.loads(ready or "{}").get("ready") == "traced", ready
+            client = spawn("traced", address, queue, agents.PAYMENTS, "run_tr", "Pay, traced.",
+                           env=env)  # fmt: skip
+            done = answer(client)
+        finally:
+            stop(worker)
+        assert "result" in done, done
+        assert result_from_plain(done["result"]).end_state == "completed"
+        assert_one_trace(run_spans(spans, "run_tr"), done["trace_id"], done["span_id"])

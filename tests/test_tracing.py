@@ -6,7 +6,9 @@ what a tracing backend would receive.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,7 +20,12 @@ from opentelemetry.trace import StatusCode
 
 from statemachine_agent import Agent, AnthropicModel, Approve, Budget, calculate, tool
 from statemachine_agent.audit.config import Audit
-from statemachine_agent.telemetry import CAPTURE_CONTENT
+from statemachine_agent.telemetry import (
+    CAPTURE_CONTENT,
+    continued,
+    trace_carrier,
+    tracer_provider,
+)
 from statemachine_agent.testing import FakeAnthropicServer, FakeError, replies
 
 API_KEY = "sk-ant-api03-TESTSECRET-abcdefghijklmnop"
@@ -138,6 +145,29 @@ class TestFailures:
         assert attrs(run)["statemachine_agent.end_state"] == "failed"
         assert attrs(run)["error.type"] == "failed"
 
+    def test_failed_tool_call(self, server: FakeAnthropicServer) -> None:
+        """A tool that raises sets its span's status to error with the error's kind; the
+        run goes on and its span is a success."""
+
+        @tool
+        def broken(x: int) -> str:
+            """Breaks.
+
+            Args:
+                x: anything.
+            """
+            raise RuntimeError("the disk is on fire")
+
+        server.add(replies.tool_use("broken", {"x": 1}), replies.text("It broke."))
+        result = Agent(model_for(server), tools=[broken], audit=TRACED).run("go")
+        assert result.end_state == "completed"
+        (tool_span,) = by_name("execute_tool broken")
+        assert tool_span.status.status_code is StatusCode.ERROR
+        assert attrs(tool_span)["error.type"] == "raised"
+        assert "the disk is on fire" in (tool_span.status.description or "")
+        (run,) = by_name("invoke_agent agent")
+        assert run.status.status_code is StatusCode.OK
+
     def test_budget_stop(self, server: FakeAnthropicServer) -> None:
         """A run stopped by its budget is not a success: its span says so, with the reason."""
         server.add(replies.tool_use("calculate", {"expression": "1+1"}), replies.text("salvage"))
@@ -221,3 +251,63 @@ class TestSubAgents:
         assert [e.attributes["statemachine_agent.seq"] for e in lead.events if e.attributes] == [
             1, 2, 3, 4, 5, 6
         ]  # fmt: skip
+
+
+class TestStreamedRun:
+    def test_a_streamed_run_is_traced_like_a_plain_one(self, server: FakeAnthropicServer) -> None:
+        """`agent.astream` runs the same run: the same spans, with the same attributes but
+        for ids and times."""
+        server.add(replies.tool_use("calculate", {"expression": "6*7"}), replies.text("42"))
+        server.add(replies.tool_use("calculate", {"expression": "6*7"}), replies.text("42"))
+        agent = Agent(model_for(server), tools=[calculate], name="calc", audit=TRACED)
+        agent.run("6*7?")
+        plain = [(s.name, steady(attrs(s))) for s in spans()]
+        EXPORTER.clear()
+
+        async def main() -> None:
+            async for _ in agent.astream("6*7?"):
+                pass
+
+        asyncio.run(main())
+        streamed = [(s.name, steady(attrs(s))) for s in spans()]
+        assert streamed == plain
+        assert [r.get("stream") for r in server.requests] == [None, None, True, True]
+
+
+def steady(attributes: dict[str, Any]) -> dict[str, Any]:
+    """Span attributes without those that differ between two runs of one script."""
+    volatile = ("gen_ai.conversation.id", "gen_ai.tool.call.id", "gen_ai.response.id")
+    return {k: v for k, v in attributes.items() if k not in volatile}
+
+
+def test_tracing_can_be_turned_off_per_agent(server: FakeAnthropicServer) -> None:
+    """`Audit(tracer_provider=False)`: this agent's runs are not traced, whatever provider
+    the application set."""
+    assert tracer_provider(False) is None
+    assert tracer_provider(PROVIDER) is PROVIDER
+    server.add(replies.text("hi"))
+    Agent(model_for(server), audit=Audit(tracer_provider=False)).run("hi")
+    assert spans() == []
+
+
+def test_a_carried_trace_context_parents_a_run_elsewhere(server: FakeAnthropicServer) -> None:
+    """`trace_carrier` where a run is started, `continued` where it runs (a thread here, a
+    worker process with DBOS or Temporal): the run span is the starter's span's child."""
+    with PROVIDER.get_tracer("tests").start_as_current_span("handle request") as request:
+        carrier = trace_carrier()
+    assert carrier is not None
+    assert carrier["traceparent"].split("-")[1] == f"{request.get_span_context().trace_id:032x}"
+    server.add(replies.text("hi"))
+
+    def elsewhere() -> None:  # a new thread starts with no trace context of its own
+        with continued(carrier):
+            Agent(model_for(server), audit=TRACED).run("hi")
+
+    worker = threading.Thread(target=elsewhere)
+    worker.start()
+    worker.join()
+    (run,) = by_name("invoke_agent agent")
+    assert run.parent is not None
+    assert run.parent.span_id == request.get_span_context().span_id
+    assert run.context.trace_id == request.get_span_context().trace_id
+    assert trace_carrier() is None  # and nothing is current here any more

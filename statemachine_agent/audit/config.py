@@ -43,7 +43,7 @@ class Audit:
     tracer_provider: Any = None
     """An OpenTelemetry `TracerProvider` the runs' spans go to (see
     `statemachine_agent.telemetry`); `None`: the application's global one, if it set
-    one. Needs the `otel` extra."""
+    one; `False`: no tracing for this agent. Needs the `otel` extra."""
 
     def __post_init__(self) -> None:
         if isinstance(self.redact, str):

@@ -15,7 +15,10 @@ model calls, tool calls and clock readings all come through `DBOSEffects`.
   checks these names, so they must not change while runs are in flight;
 - the run's clock is the wall time recorded by its last step, so elapsed times
   (and `Budget.max_seconds`) read the same on replay as they did the first time;
-- approval waits are DBOS messages (`approval()`, `send_decision()`).
+- approval waits are DBOS messages (`approval()`, `send_decision()`);
+- the trace context of whoever started or enqueued the run (`traceparent`) is a
+  workflow argument, so the worker's spans of the run (`otel` extra) are children
+  of the caller's span, on recovery too.
 
 A worker is any process that registered its agents (`register_agent`), called
 `launch()` and stays alive; other processes enqueue runs with a `DBOSClient`.
@@ -71,6 +74,7 @@ from statemachine_agent.scale.codec import (
     result_to_plain,
 )
 from statemachine_agent.scale.registry import AgentCache
+from statemachine_agent.telemetry import continued, trace_carrier
 from statemachine_agent.tools.base import ToolCall, ToolOutcome
 from statemachine_agent.tools.registry import ToolRegistry
 
@@ -337,12 +341,26 @@ _agents: AgentCache[DBOSEffects] = AgentCache(_make_effects, _prepare)
 
 
 @DBOS.workflow(name=WORKFLOW_NAME)
-async def agent_workflow(agent: str, prompt: Prompt, history: list[JSON]) -> JSON:
-    """One run of the registered agent `agent`; the workflow id is the run id."""
+async def agent_workflow(
+    agent: str, prompt: Prompt, history: list[JSON], trace: dict[str, str] | None = None
+) -> JSON:
+    """One run of the registered agent `agent`; the workflow id is the run id; `trace` the
+    starter's trace context (`telemetry.trace_carrier`)."""
     run_id = DBOS.workflow_id
     if run_id is None:
         raise RuntimeError("agent_workflow must run as a DBOS workflow")
     built, effects = _agents.get(agent)
+    with continued(trace):
+        result = await _drive(built, effects, run_id, prompt, history)
+    files = _files.get(id(built))
+    if files is not None:
+        result = dataclasses.replace(result, audit_path=files.path(run_id))
+    return result_to_plain(result)
+
+
+async def _drive(
+    built: Agent, effects: DBOSEffects, run_id: str, prompt: Prompt, history: list[JSON]
+) -> RunResult:
     run = _Run(run_id)
     _runs[run_id] = run
     token = _current.set(run)
@@ -352,15 +370,11 @@ async def agent_workflow(agent: str, prompt: Prompt, history: list[JSON]) -> JSO
             lambda body: DBOS.run_step_async(clock, body), _async(_wall_clock)
         )
         run.now = float(started["at"])
-        result = await built.arun(prompt, history=history, run_id=run_id)
+        return await built.arun(prompt, history=history, run_id=run_id)
     finally:
         run.finish()
         _current.reset(token)
         _runs.pop(run_id, None)
-    files = _files.get(id(built))
-    if files is not None:
-        result = dataclasses.replace(result, audit_path=files.path(run_id))
-    return result_to_plain(result)
 
 
 def _async(func: Callable[[], JSON]) -> Callable[[], Awaitable[JSON]]:
@@ -456,8 +470,10 @@ def shutdown(workflow_completion_timeout_sec: int = 0) -> None:
 
 def _arguments(
     agent: str, prompt: str | Sequence[Mapping[str, Any]], history: Sequence[Mapping[str, Any]]
-) -> tuple[str, Prompt, list[JSON]]:
-    return agent, prompt_to_plain(prompt), [dict(message) for message in history]
+) -> tuple[str, Prompt, list[JSON], dict[str, str] | None]:
+    """The workflow's arguments, with the caller's trace context (None when not traced)."""
+    history_plain = [dict(message) for message in history]
+    return agent, prompt_to_plain(prompt), history_plain, trace_carrier()
 
 
 async def _start(

@@ -16,7 +16,10 @@ through `TemporalEffects` as an activity:
   from the tool's own `timeout` and retry policy; the registry never raises, so
   Temporal retries it only when a worker died or the activity timed out;
 - an approval wait is a signal (`send_decision`), waited for durably;
-- audit sinks and the logger write only when the workflow is not replaying.
+- audit sinks and the logger write only when the workflow is not replaying;
+- the trace context of whoever started the run (`traceparent`) travels in the
+  workflow's input, so the worker's spans of the run (`otel` extra) are children of
+  the caller's span.
 
 Workers rebuild agents by name (`register_agent`); clients start runs with
 `start_run` / `run_agent`. See docs/scaling.md.
@@ -70,6 +73,7 @@ with workflow.unsafe.imports_passed_through():
         result_to_plain,
     )
     from statemachine_agent.scale.registry import AgentCache, UnknownAgentError
+    from statemachine_agent.telemetry import continued, trace_carrier
     from statemachine_agent.tools.base import Tool, ToolCall, ToolOutcome
     from statemachine_agent.tools.registry import ToolRegistry
 
@@ -118,6 +122,7 @@ PASSTHROUGH_MODULES = (
     "anthropic",
     "httpx",
     "openai",
+    "opentelemetry",
 )
 """Modules the workflow sandbox shares with the worker instead of re-importing per run.
 
@@ -418,9 +423,10 @@ class AgentWorkflow:
     async def run(self, request: JSON) -> JSON:
         agent = _agent(str(request["agent"]))
         run_id = workflow.info().workflow_id
-        result = await agent.arun(
-            request["prompt"], history=list(request.get("history") or ()), run_id=run_id
-        )
+        with continued(request.get("trace")):
+            result = await agent.arun(
+                request["prompt"], history=list(request.get("history") or ()), run_id=run_id
+            )
         files = _files.get(id(agent))
         if files is not None:
             result = dataclasses.replace(result, audit_path=files.path(run_id))
@@ -499,6 +505,7 @@ async def start_run(
         "agent": agent,
         "prompt": prompt_to_plain(prompt),
         "history": [dict(message) for message in history],
+        "trace": trace_carrier(),
     }
     run_id = run_id or new_run_id()
     start_options.setdefault("id_conflict_policy", WorkflowIDConflictPolicy.USE_EXISTING)

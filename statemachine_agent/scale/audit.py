@@ -26,6 +26,7 @@ from statemachine_agent.agent import Agent
 from statemachine_agent.audit.chain import AuditKey
 from statemachine_agent.audit.events import default_logger
 from statemachine_agent.audit.sink import AuditSink, JsonlSink
+from statemachine_agent.telemetry import RunTraces, provider_name
 
 
 class Gate(Protocol):
@@ -110,16 +111,21 @@ def gate_agent(agent: Agent, gate: Gate) -> tuple[Agent, RunFiles | None]:
 
     Returns that agent (a copy: agents are read-only) and the per-run file writer
     that replaces its audit folder, if there is one, so the caller can put each
-    run's file back into its result.
+    run's file back into its result. Its runs' spans (`RunTraces`) pass the gate too,
+    so a replay does not trace a run's first half twice.
     """
     audit = agent.audit
     sinks: list[AuditSink] = [GatedSink(sink, gate) for sink in audit.sinks]
+    if audit.tracer_provider is not False:
+        traces = RunTraces(audit.tracer_provider, agent.name, provider_name(agent.model))
+        sinks.append(GatedSink(traces, gate))
     files = None
     if audit.dir is not None:
         files = RunFiles(Path(audit.dir), audit.audit_key)
         sinks.append(GatedSink(files, gate))
     logger = audit.logger if audit.logger is not None else default_logger()
-    gated = dataclasses.replace(audit, dir=None, sinks=sinks, logger=GatedLogger(logger, gate))
+    gated = dataclasses.replace(audit, dir=None, sinks=sinks, logger=GatedLogger(logger, gate),
+                                tracer_provider=False)  # fmt: skip
     return agent.replace(audit=gated), files
 
 

@@ -11,7 +11,8 @@ environment, which child processes inherit:
   that tool, right after its ledger line (a crash mid-step);
 - `SMA_SCALE_TOOL_DELAY`: seconds each lookup takes (to keep workers busy);
 - `SMA_SCALE_APPROVAL_TIMEOUT`: seconds the approval agent waits for a decision;
-- `SMA_SCALE_AUDIT`: a folder for the payments agent's audit files.
+- `SMA_SCALE_AUDIT`: a folder for the payments agent's audit files;
+- `SMA_SCALE_SPANS`: a folder this process's OpenTelemetry spans go to (`export_spans`).
 
 The model answers by conversation progress and every tool_use id is explicit,
 so any process gives the same reply at the same point of the same run.
@@ -19,11 +20,16 @@ so any process gives the same reply at the same point of the same run.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
 from pathlib import Path
 from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
 
 from statemachine_agent import Agent, ModelError, ModelRequest, ToolCall, tool
 from statemachine_agent.effects.base import Effects
@@ -42,6 +48,7 @@ KILL_ENV = "SMA_SCALE_KILL_AT"
 DELAY_ENV = "SMA_SCALE_TOOL_DELAY"
 APPROVAL_TIMEOUT_ENV = "SMA_SCALE_APPROVAL_TIMEOUT"
 AUDIT_ENV = "SMA_SCALE_AUDIT"
+SPANS_ENV = "SMA_SCALE_SPANS"
 FINAL_TEXT = "Paid 12 in total; a=A, b=B."
 
 
@@ -61,6 +68,42 @@ def ledger_lines(path: Path) -> list[tuple[str, str, str]]:
         return []
     lines = path.read_text(encoding="utf-8").splitlines()
     return [(a, b, c) for a, b, c in (line.split(" ", 2) for line in lines if line)]
+
+
+def export_spans() -> None:
+    """With `SMA_SCALE_SPANS` set, trace this process: its spans go to `<pid>.jsonl` in that
+    folder, one JSON line each, as they end (the OpenTelemetry SDK's console exporter)."""
+    folder = os.environ.get(SPANS_ENV)
+    if not folder:
+        return
+    out = open(Path(folder) / f"{os.getpid()}.jsonl", "a", encoding="utf-8")  # noqa: SIM115
+    exporter = ConsoleSpanExporter(out=out, formatter=lambda span: span.to_json(indent=None) + "\n")
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+
+
+def run_spans(folder: Path, run_id: str) -> list[dict[str, Any]]:
+    """The spans of run `run_id` every process wrote to `folder` (see `export_spans`), each
+    with the `process` (its pid) that wrote it."""
+    return [
+        {**span, "process": path.stem}
+        for path in sorted(folder.glob("*.jsonl"))
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if line
+        for span in [json.loads(line)]
+        if span["attributes"].get("gen_ai.conversation.id") == run_id
+    ]
+
+
+def span_ids(span: dict[str, Any]) -> tuple[str, str, str | None]:
+    """(trace id, span id, parent span id) of an exported span, in hex as W3C writes them."""
+    parent = span.get("parent_id")
+    return (
+        span["context"]["trace_id"].removeprefix("0x"),
+        span["context"]["span_id"].removeprefix("0x"),
+        parent.removeprefix("0x") if parent else None,
+    )
 
 
 def prompt_of(request: ModelRequest) -> str:
@@ -185,3 +228,46 @@ def flaky(effects: Effects) -> Agent:
 def fatal(effects: Effects) -> Agent:
     """The model rejects the key (401): no engine may retry that."""
     return Agent(LedgerModel([_fatal]), stall=None, effects=effects)
+
+
+PAYMENT_SPANS = [
+    "chat claude-sonnet-5",
+    "chat claude-sonnet-5",
+    "chat claude-sonnet-5",
+    "execute_tool lookup",
+    "execute_tool lookup",
+    "execute_tool pay",
+    "execute_tool pay",
+]
+
+
+def assert_one_trace(spans: list[dict[str, Any]], trace_id: str, caller_id: str) -> None:
+    """The payments run's spans: a run span, child of the caller's span, with every model
+    and tool call its child, all in the caller's trace (ids in hex)."""
+    (run_span,) = [s for s in spans if s["name"].startswith("invoke_agent ")]
+    assert span_ids(run_span)[0] == trace_id
+    assert span_ids(run_span)[2] == caller_id
+    assert run_span["attributes"]["statemachine_agent.end_state"] == "completed"
+    children = [s for s in spans if s is not run_span]
+    assert sorted(s["name"] for s in children) == PAYMENT_SPANS
+    assert {span_ids(s)[0] for s in children} == {trace_id}
+    assert {span_ids(s)[2] for s in children} == {span_ids(run_span)[1]}
+
+
+def assert_recovered_trace(spans: list[dict[str, Any]], trace_id: str, caller_id: str) -> None:
+    """A run whose worker died and that another process finished is one trace: the first
+    process's calls (their run span died with it), then a run span of the process that
+    took over, marked recovered, child of the caller's span, with the rest of the calls."""
+    assert {span_ids(s)[0] for s in spans} == {trace_id}
+    (run_span,) = [s for s in spans if s["name"].startswith("invoke_agent")]
+    after = [s for s in spans if s["process"] == run_span["process"]]
+    before = [s for s in spans if s["process"] != run_span["process"]]
+    assert len({s["process"] for s in before}) == 1
+    assert len({span_ids(s)[2] for s in before}) == 1
+    assert caller_id not in {span_ids(s)[2] for s in before}
+    assert run_span["attributes"]["statemachine_agent.recovered"] is True
+    assert run_span["attributes"]["statemachine_agent.end_state"] == "completed"
+    assert span_ids(run_span)[2] == caller_id
+    children = [s for s in after if s is not run_span]
+    assert "chat claude-sonnet-5" in {s["name"] for s in children}
+    assert {span_ids(s)[2] for s in children} == {span_ids(run_span)[1]}

@@ -15,7 +15,7 @@ import signal
 import sys
 import threading
 
-import tests.support.scale_agents  # noqa: F401  (registers the agents)
+import tests.support.scale_agents as agents  # (registers the agents)
 from statemachine_agent.effects import dbos
 
 
@@ -24,6 +24,7 @@ def main(argv: list[str]) -> None:
     concurrency = int(argv[2]) if len(argv) > 2 else None
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    agents.export_spans()
     dbos.launch(
         dbos.dbos_config(url, executor_id=executor, application_version="scale-tests"),
         worker_concurrency=concurrency,

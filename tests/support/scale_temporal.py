@@ -4,6 +4,7 @@ Usage:
     python -m tests.support.scale_temporal worker ADDRESS QUEUE IDENTITY
     python -m tests.support.scale_temporal run ADDRESS QUEUE AGENT RUN_ID PROMPT
     python -m tests.support.scale_temporal approve ADDRESS QUEUE RUN_ID
+    python -m tests.support.scale_temporal traced ADDRESS QUEUE AGENT RUN_ID PROMPT
 
 The Temporal SDK's Rust core keeps threads that can abort the interpreter at
 exit (temporalio/sdk-python#300, "PyGILState_Release ... finalizing"), so the
@@ -25,11 +26,13 @@ import traceback
 from datetime import timedelta
 from typing import Any
 
+from opentelemetry import trace
 from temporalio.client import Client
 
 import tests.support.scale_agents as agents
 from statemachine_agent import Approve
 from statemachine_agent.effects import temporal
+from statemachine_agent.models.base import JSON
 from statemachine_agent.scale.codec import result_to_plain
 
 TEST_OPTIONS = temporal.TemporalOptions(
@@ -55,6 +58,7 @@ async def connect(address: str) -> Client:
 
 
 async def work(address: str, queue: str, identity: str) -> None:
+    agents.export_spans()
     client = await connect(address)
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
@@ -74,6 +78,17 @@ async def run(address: str, queue: str, agent: str, run_id: str, prompt: str) ->
     client = await connect(address)
     result = await temporal.run_agent(client, agent, prompt, run_id=run_id, task_queue=queue)
     return {"result": result_to_plain(result)}
+
+
+async def traced(address: str, queue: str, agent: str, run_id: str, prompt: str) -> JSON:
+    """`run` inside a span of this process (a service handling a request): returns the
+    result and that span's trace and span ids."""
+    agents.export_spans()
+    tracer = trace.get_tracer("scale-tests")
+    with tracer.start_as_current_span("handle request") as span:
+        answer = await run(address, queue, agent, run_id, prompt)
+    context = span.get_span_context()
+    return {**answer, "trace_id": f"{context.trace_id:032x}", "span_id": f"{context.span_id:016x}"}
 
 
 async def approve(address: str, queue: str, run_id: str) -> dict[str, Any]:
@@ -100,6 +115,8 @@ def main(argv: list[str]) -> None:
         answer: dict[str, Any] = {"stopped": argv[3]}
     elif mode == "run":
         answer = asyncio.run(run(address, queue, argv[3], argv[4], argv[5]))
+    elif mode == "traced":
+        answer = asyncio.run(traced(address, queue, argv[3], argv[4], argv[5]))
     elif mode == "approve":
         answer = asyncio.run(approve(address, queue, argv[3]))
     else:
