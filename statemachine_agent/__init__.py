@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from statemachine_agent.effects.base import Effects
     from statemachine_agent.machine.engine import CancelToken
     from statemachine_agent.machine.result import RunResult
-    from statemachine_agent.machine.resume import RunAlreadyEndedError
+    from statemachine_agent.machine.resume import MissingToolsError, RunAlreadyEndedError
     from statemachine_agent.machine.run import TransitionRecord
     from statemachine_agent.models.anthropic import AnthropicModel, MissingAPIKeyError
     from statemachine_agent.models.base import Model, ModelError, ModelReply, ModelRequest, Usage
@@ -37,13 +37,17 @@ if TYPE_CHECKING:
     from statemachine_agent.models.scripted import ScriptedModel
     from statemachine_agent.output import OutputTypeError
     from statemachine_agent.persistence.base import (
+        CheckpointCorruptError,
         Checkpointer,
+        LeasingCheckpointer,
         MemoryCheckpointer,
         RunNotFoundError,
         RunSummary,
         load_record,
     )
     from statemachine_agent.persistence.codec import SerializationError
+    from statemachine_agent.persistence.crypto import generate_key
+    from statemachine_agent.persistence.lease import RunLockedError
     from statemachine_agent.persistence.postgres import PostgresCheckpointer
     from statemachine_agent.persistence.sqlite import SQLiteCheckpointer
     from statemachine_agent.policy.approval import (
@@ -111,6 +115,7 @@ __all__ = [
     "AuditSink",
     "Budget",
     "CancelToken",
+    "CheckpointCorruptError",
     "Checkpointer",
     "Claim",
     "ContextPolicy",
@@ -123,11 +128,13 @@ __all__ = [
     "Edit",
     "Effects",
     "JsonlSink",
+    "LeasingCheckpointer",
     "MCPToolset",
     "MemoryCheckpointer",
     "MemorySink",
     "MissingAPIKeyError",
     "MissingOpenAIKeyError",
+    "MissingToolsError",
     "Model",
     "ModelError",
     "ModelReply",
@@ -144,6 +151,7 @@ __all__ = [
     "RunAlreadyEndedError",
     "RunContext",
     "RunHandle",
+    "RunLockedError",
     "RunNotFoundError",
     "RunResult",
     "RunSummary",
@@ -165,6 +173,7 @@ __all__ = [
     "calculate",
     "end_chat",
     "finish",
+    "generate_key",
     "get_current_time",
     "load_record",
     "read_events",

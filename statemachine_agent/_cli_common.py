@@ -8,11 +8,14 @@ no longer needs `cli` and the two modules form no import cycle.
 from __future__ import annotations
 
 import argparse
+import os
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from statemachine_agent.models.anthropic import AnthropicModel
+    from statemachine_agent.persistence.crypto import Cipher
     from statemachine_agent.tools.base import Tool
 
 MISSING_KEY = (
@@ -29,6 +32,9 @@ AUDIT_HELP = "a run's audit file (demo and run print its path)"
 KEY_HELP = "the audit_key the run was written with (its chain is an HMAC)"
 MODEL_HELP = "the Claude model (default: %(default)s)"
 SYSTEM_HELP = "the system prompt (default: %(default)r)"
+
+
+T = TypeVar("T")
 
 
 class UsageError(Exception):
@@ -56,13 +62,54 @@ def ensure_audit_dir(args: argparse.Namespace) -> Path:
     return directory
 
 
-def load_events(path: str) -> list[dict[str, Any]]:
-    """An audit file's events; a missing, unreadable or malformed file is a usage error
-    naming the file (and, for a malformed line, its number)."""
-    from statemachine_agent.audit.sink import read_events
+KEY_ENV = "STATEMACHINE_AGENT_ENCRYPTION_KEY"
+"""Where `--encryption-key` is read from when it is not given (keeps the key out of `ps`)."""
+
+
+def add_key_option(command: argparse.ArgumentParser) -> None:
+    """`--encryption-key`: the key of an encrypted store or audit file (not the chain's
+    HMAC `--key`, which `report`, `inspect` and `verify` also take)."""
+    command.add_argument(
+        "--encryption-key",
+        action="append",
+        metavar="KEY",
+        dest="encryption_key",
+        help=f"encryption key (repeat for older keys; default: ${KEY_ENV}, comma-separated)",
+    )
+
+
+def encryption_keys(args: argparse.Namespace) -> list[str] | None:
+    """The keys given with `--encryption-key` (repeatable: the first writes), else from the
+    environment."""
+    given = list(args.encryption_key or [])
+    keys = given or [k for k in os.environ.get(KEY_ENV, "").split(",") if k]
+    return keys or None
+
+
+def cipher_of(args: argparse.Namespace) -> Cipher | None:
+    """The cipher of the encryption keys given; an unusable key is a usage error."""
+    from statemachine_agent.persistence.crypto import cipher_for
 
     try:
-        events = read_events(Path(path))
+        return cipher_for(encryption_keys(args))
+    except (ValueError, ImportError) as exc:
+        raise UsageError(f"--encryption-key: {exc}") from exc
+
+
+def load_events(path: str, keys: Cipher | list[str] | None = None) -> list[dict[str, Any]]:
+    """An audit file's events; a missing, unreadable or malformed file is a usage error
+    naming the file (and, for a malformed line, its number)."""
+    return [event for _, event in load_numbered(path, keys)]
+
+
+def load_numbered(
+    path: str, keys: Cipher | list[str] | None = None
+) -> list[tuple[int, dict[str, Any]]]:
+    """`load_events`, each event with its line number (for `use_events`)."""
+    from statemachine_agent.audit.sink import read_numbered
+
+    try:
+        events = read_numbered(Path(path), keys)
     except OSError as exc:
         raise UsageError(f"cannot read audit file {path}: {exc.strerror or exc}") from exc
     except UnicodeDecodeError as exc:
@@ -72,6 +119,59 @@ def load_events(path: str) -> list[dict[str, Any]]:
     if not events:
         raise UsageError(f"{path}: the audit file holds no events")
     return events
+
+
+EVENT_ERRORS = (
+    KeyError, TypeError, ValueError, AttributeError, IndexError, RecursionError, OverflowError,
+)  # fmt: skip
+"""What code reading events raises when an event lacks a field or holds the wrong type."""
+
+
+class _Read:
+    """The line of the event read last."""
+
+    line = 0
+
+
+class _TrackedEvent(dict[str, Any]):
+    """An event that notes its line whenever a field of it is read."""
+
+    def __init__(self, event: dict[str, Any], line: int, read: _Read) -> None:
+        super().__init__(event)
+        self._line, self._read = line, read
+
+    def __getitem__(self, key: str) -> Any:
+        self._read.line = self._line
+        return super().__getitem__(key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self._read.line = self._line
+        return super().get(key, default)
+
+
+def use_events(
+    path: str,
+    numbered: Sequence[tuple[int, dict[str, Any]]],
+    work: Callable[[list[dict[str, Any]]], T],
+    *,
+    named: tuple[type[Exception], ...] = (),
+) -> T:
+    """`work(events)`; an event it cannot use is a usage error naming its line.
+
+    The events note their line as they are read, so the one read last when the
+    work fails (the one lacking a field, or holding the wrong type) is named.
+    Errors in `named` are the command's own and pass through.
+    """
+    read = _Read()
+    try:
+        return work([_TrackedEvent(event, line, read) for line, event in numbered])
+    except named:
+        raise
+    except EVENT_ERRORS as exc:
+        problem = f"{type(exc).__name__}: {exc}".replace("\n", " ")
+        problem = problem if len(problem) <= 160 else problem[:159] + "…"
+        where = f"{path}:{read.line}" if read.line else path
+        raise UsageError(f"{where}: an event this command cannot use ({problem})") from None
 
 
 TOOL_SETS: tuple[str, ...] = ("builtin", "none")

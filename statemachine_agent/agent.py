@@ -28,14 +28,20 @@ from statemachine_agent.effects.base import Effects, InProcessEffects
 from statemachine_agent.machine.context import AgentDeps, PhaseContext
 from statemachine_agent.machine.engine import CancelToken, Engine
 from statemachine_agent.machine.result import RunResult
-from statemachine_agent.machine.resume import prepare_resume
+from statemachine_agent.machine.resume import check_tools, prepare_resume
 from statemachine_agent.machine.run import RunRecord
 from statemachine_agent.machine.settings import RunSettings
 from statemachine_agent.models.base import DEFAULT_MAX_TOKENS, JSON, Model
 from statemachine_agent.output import DEFAULT_OUTPUT_RETRIES, OUTPUT_TOOL, output_spec
-from statemachine_agent.persistence.base import Checkpointer, MemoryCheckpointer, load_record
+from statemachine_agent.persistence.base import (
+    Checkpointer,
+    LeasingCheckpointer,
+    MemoryCheckpointer,
+    load_record,
+)
 from statemachine_agent.persistence.codec import to_plain
 from statemachine_agent.persistence.delta import CheckpointWriter
+from statemachine_agent.persistence.lease import Lease, take_lease
 from statemachine_agent.persistence.sqlite import SQLiteCheckpointer
 from statemachine_agent.phases.perceive import refresh_tools
 from statemachine_agent.policy.approval import ApprovalPolicy, Decision
@@ -413,6 +419,7 @@ class Agent:
         output_type: Any = None,
         deps: Any = None,
         metadata: Mapping[str, Any] | None = None,
+        wait: float = 0.0,
     ) -> RunResult:
         """Run to an end state and return its result (blocking); see `arun`.
 
@@ -429,6 +436,7 @@ class Agent:
                 output_type=output_type,
                 deps=deps,
                 metadata=metadata,
+                wait=wait,
             )
         )
 
@@ -443,6 +451,7 @@ class Agent:
         output_type: Any = None,
         deps: Any = None,
         metadata: Mapping[str, Any] | None = None,
+        wait: float = 0.0,
     ) -> RunResult:
         """Run to an end state and return its result.
 
@@ -453,10 +462,16 @@ class Agent:
         declares a `RunContext` parameter, and is never stored; `metadata` (JSON:
         tenant, user, request id) reaches them too, and is stamped on every audit
         event and checkpoint of the run.
+        A given `run_id` is leased in the store while the run is driven: another
+        driver of it gets `RunLockedError`, or waits for the lease up to `wait` seconds.
         """
-        record = self._new_record(prompt, history, run_id, metadata)
-        return await self._drive(record, cancel=cancel, deadline=deadline,
-                                 deps=self._deps_for(output_type), host_deps=deps)  # fmt: skip
+        lease = await self._lease(run_id, wait)
+        try:
+            record = self._new_record(prompt, history, run_id, metadata)
+            return await self._drive(record, cancel=cancel, deadline=deadline, lease=lease,
+                                     deps=self._deps_for(output_type), host_deps=deps)  # fmt: skip
+        finally:
+            self._release(lease)
 
     def astream(
         self,
@@ -481,7 +496,7 @@ class Agent:
         that end. Takes `arun`'s arguments.
         """
         record = self._new_record(prompt, history, run_id, metadata)
-        return self._stream(record, cancel=cancel, deadline=deadline,
+        return self._stream(record, cancel=cancel, deadline=deadline, leased=run_id is not None,
                             deps=self._deps_for(output_type), host_deps=deps)  # fmt: skip
 
     def stream(
@@ -502,7 +517,7 @@ class Agent:
         services = self._deps_for(output_type)
         return iter_sync(
             lambda: self._stream(record, cancel=token, deadline=deadline, deps=services,
-                                 host_deps=deps),
+                                 host_deps=deps, leased=run_id is not None),
             token,
         )  # fmt: skip
 
@@ -515,13 +530,20 @@ class Agent:
         deps: AgentDeps,
         host_deps: Any,
         writer: CheckpointWriter | None = None,
+        leased: bool = False,
     ) -> RunStream:
-        """The run of `record` as a stream of its events (see `astream`)."""
+        """The run of `record` as a stream of its events (see `astream`); `leased`: its
+        id was given, so it is leased while driven, as `arun` leases it."""
         token = cancel or CancelToken()
 
         async def start(tap: StreamTap, token: CancelToken) -> RunResult:
-            return await self._drive(record, cancel=token, deadline=deadline, writer=writer,
-                                     deps=deps, host_deps=host_deps, sinks=[tap])  # fmt: skip
+            lease = await self._lease(record.run_id if leased else None, 0.0)
+            try:
+                return await self._drive(record, cancel=token, deadline=deadline, writer=writer,
+                                         deps=deps, host_deps=host_deps, sinks=[tap],
+                                         lease=lease)  # fmt: skip
+            finally:
+                self._release(lease)
 
         return RunStream(record.run_id, start, token)
 
@@ -571,11 +593,12 @@ class Agent:
         output_type: Any = None,
         deps: Any = None,
         metadata: Mapping[str, Any] | None = None,
+        wait: float = 0.0,
     ) -> RunResult:
         """Continue a checkpointed run (blocking); see `aresume`."""
         return run_blocking(
             self.aresume(run_id, decisions=decisions, cancel=cancel, output_type=output_type,
-                         deps=deps, metadata=metadata)
+                         deps=deps, metadata=metadata, wait=wait)
         )  # fmt: skip
 
     async def aresume(
@@ -587,6 +610,7 @@ class Agent:
         output_type: Any = None,
         deps: Any = None,
         metadata: Mapping[str, Any] | None = None,
+        wait: float = 0.0,
     ) -> RunResult:
         """Continue a run from its last checkpoint, in this process or any other.
 
@@ -596,20 +620,40 @@ class Agent:
         was cancelled. Recorded tool results are never executed again. The run
         keeps the metadata it was started with (`metadata` given here is merged
         over it); `deps` are never stored, so pass them again.
+
+        The run's lease is taken first: while another worker drives it this raises
+        `RunLockedError` (or waits up to `wait` seconds for the lease).
         """
         if self.checkpointer is None:
             raise ValueError(
                 "resume needs a checkpointer: Agent(checkpointer=<a Checkpointer or a "
                 "SQLite file path>)"
             )
-        extra = _metadata(metadata)
-        record = load_record(self.checkpointer, run_id)
-        writer = CheckpointWriter.resumed(record)  # before the record is set up to go on,
-        prepare_resume(record, decisions or {})  # so that setup is checkpointed too
-        if extra:
-            record.metadata = {**record.metadata, **extra}
-        return await self._drive(record, cancel=cancel, writer=writer,
-                                 deps=self._deps_for(output_type), host_deps=deps)  # fmt: skip
+        lease = await self._lease(run_id, wait)
+        try:
+            extra = _metadata(metadata)
+            record = load_record(self.checkpointer, run_id)
+            check_tools(record, self.tools.names)
+            writer = CheckpointWriter.resumed(record)  # before the record is set up to go on,
+            prepare_resume(record, decisions or {})  # so that setup is checkpointed too
+            if extra:
+                record.metadata = {**record.metadata, **extra}
+            return await self._drive(record, cancel=cancel, writer=writer, lease=lease,
+                                     deps=self._deps_for(output_type), host_deps=deps)  # fmt: skip
+        finally:
+            self._release(lease)
+
+    async def _lease(self, run_id: str | None, wait: float) -> Lease | None:
+        """The lease of a run id others may know (given, or resumed); None for a store
+        that does not lease (or none at all)."""
+        store = self.checkpointer
+        if run_id is None or not isinstance(store, LeasingCheckpointer):
+            return None
+        return await take_lease(store, run_id, wait)
+
+    def _release(self, lease: Lease | None) -> None:
+        if lease is not None and isinstance(self.checkpointer, LeasingCheckpointer):
+            self.checkpointer.release(lease)
 
     async def _drive(
         self,
@@ -622,6 +666,7 @@ class Agent:
         host_deps: Any = None,
         sinks: Sequence[AuditSink] = (),
         parent: PhaseContext | None = None,
+        lease: Lease | None = None,
     ) -> RunResult:
         """Drive a record to its end; `writer` (of its checkpoints so far) means a resume;
         `host_deps` are the host's `deps=` for its tools; `sinks` this run's own audit
@@ -643,12 +688,16 @@ class Agent:
             run_file = audit.run_file(record.run_id)
             if run_file is not None:
                 record.audit_path = run_file
-                own = JsonlSink(run_file, audit_key=audit.audit_key)
+                cipher = getattr(self.checkpointer, "cipher", None)
+                own = JsonlSink(run_file, audit_key=audit.audit_key, cipher=cipher)
                 every.append(own)
                 chain = own.chain
             emitter = Emitter(record.run_id, sinks=every, redactor=self._redactor,
                               logger=audit.logger, metadata=record.metadata,
                               chain=chain)  # fmt: skip
+        if lease is not None and lease.taken_over_from is not None:
+            taken = {"previous_owner": lease.taken_over_from, "expired_at": lease.expired_at}
+            emitter.emit("lease.taken_over", owner=lease.owner, **taken)
         ctx = PhaseContext(state=record, deps=deps or self._deps, emitter=emitter,
                            host_deps=host_deps)  # fmt: skip
         ctx.writer = writer

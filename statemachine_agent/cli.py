@@ -28,10 +28,14 @@ from statemachine_agent._cli_common import (
     SYSTEM_HELP,
     TOOL_SETS,
     UsageError,
+    add_key_option,
     builtin_tools,
+    cipher_of,
     claude,
     ensure_audit_dir,
     load_events,
+    load_numbered,
+    use_events,
 )
 from statemachine_agent.machine.ends import EXIT_CODES
 
@@ -251,9 +255,14 @@ def cmd_report(args: argparse.Namespace) -> int:
     """Write the self-contained HTML report of one audit file."""
     from statemachine_agent import report
 
-    events = load_events(args.audit)
+    numbered = load_numbered(args.audit, cipher_of(args))
     try:
-        page = report.html(events, source=args.audit, verification=_verify(args))
+        page = use_events(
+            args.audit,
+            numbered,
+            lambda events: report.html(events, source=args.audit, verification=_verify(args)),
+            named=(report.ReportError,),
+        )
     except report.ReportError as exc:
         raise UsageError(f"{args.audit}: {exc}") from exc
     output = args.output or str(Path(args.audit).with_suffix(".html"))
@@ -267,23 +276,36 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     from statemachine_agent import report
     from statemachine_agent.report.console import console_for
 
-    events = load_events(args.audit)
+    numbered = load_numbered(args.audit, cipher_of(args))
+
+    def show(events: list[dict[str, Any]], stream: TextIO) -> None:
+        report.print_inspect(report.build(events), console_for(stream), _verify(args))
+
     try:
-        built = report.build(events)
+        use_events(
+            args.audit,
+            numbered,
+            lambda events: show(events, sys.stdout),
+            named=(report.ReportError,),
+        )
     except report.ReportError as exc:
         raise UsageError(f"{args.audit}: {exc}") from exc
-    report.print_inspect(built, console_for(sys.stdout), _verify(args))
     return 0
 
 
 def _verify(args: argparse.Namespace) -> Verification:
-    """The hash-chain check of `args.audit` (with `--key`, if given)."""
+    """The hash-chain check of `args.audit` (with `--key`, if given; with the encryption
+    key, if given, each encrypted line is opened too)."""
     from statemachine_agent.audit.chain import verify_file
+    from statemachine_agent.persistence.crypto import KeyMismatchError
 
+    cipher = cipher_of(args)
     try:
-        return verify_file(Path(args.audit), args.key)
+        return verify_file(Path(args.audit), args.key, cipher)
     except OSError as exc:
         raise UsageError(f"cannot read audit file {args.audit}: {exc.strerror or exc}") from exc
+    except KeyMismatchError as exc:
+        raise UsageError(f"{args.audit}: --encryption-key: {exc}") from exc
     except ValueError as exc:
         raise UsageError(f"--key: {exc}") from exc
 
@@ -437,11 +459,13 @@ def parser() -> argparse.ArgumentParser:
     report.add_argument("audit", metavar="AUDIT.jsonl", help=AUDIT_HELP)
     report.add_argument("-o", "--output", metavar="FILE", help="default: AUDIT.html")
     report.add_argument("--key", help=KEY_HELP)
+    add_key_option(report)
     report.set_defaults(func=cmd_report)
 
     inspect = sub.add_parser("inspect", help="print a run's iterations as a table")
     inspect.add_argument("audit", metavar="AUDIT.jsonl", help=AUDIT_HELP)
     inspect.add_argument("--key", help=KEY_HELP)
+    add_key_option(inspect)
     inspect.set_defaults(func=cmd_inspect)
 
     verify = sub.add_parser(
@@ -453,19 +477,24 @@ def parser() -> argparse.ArgumentParser:
     )
     verify.add_argument("audit", metavar="AUDIT.jsonl", help=AUDIT_HELP)
     verify.add_argument("--key", help=KEY_HELP)
+    add_key_option(verify)
     verify.set_defaults(func=cmd_verify)
 
     from statemachine_agent.cli_sessions import add_commands
+    from statemachine_agent.cli_store import add_commands as add_store_commands
 
     add_commands(sub, common)
+    add_store_commands(sub)
     return top
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from statemachine_agent.persistence import CheckpointCorruptError, RunLockedError
+
     args = parser().parse_args(argv)
     try:
         return int(args.func(args))
-    except UsageError as exc:
+    except (UsageError, CheckpointCorruptError, RunLockedError) as exc:
         return _usage_error(str(exc))
 
 

@@ -19,21 +19,28 @@ from statemachine_agent._cli_common import (
     SYSTEM_HELP,
     TOOL_SETS,
     UsageError,
+    add_key_option,
     builtin_tools,
+    cipher_of,
     claude,
     ensure_audit_dir,
-    load_events,
+    load_numbered,
+    use_events,
 )
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
     """Re-run the recorded run offline; exit 0 when it took the identical path, else 1."""
-    from statemachine_agent.replay import replay
+    from statemachine_agent.replay import ReplayError, replay_events
 
-    load_events(args.audit)  # a missing or malformed file is a usage error, with its line
     try:
-        report = replay(args.audit)
-    except ValueError as exc:
+        report = use_events(
+            args.audit,
+            load_numbered(args.audit, cipher_of(args)),  # malformed: names the line
+            lambda events: replay_events(events, args.audit),
+            named=(ReplayError,),
+        )
+    except ReplayError as exc:
         raise UsageError(str(exc)) from exc
     for index, (source, trigger, dest, guards) in enumerate(report.replayed, start=1):
         verdicts = " ".join(f"{name}={'T' if value else 'F'}" for name, value in guards)
@@ -96,6 +103,7 @@ def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
 
     replay = sub.add_parser("replay", help="re-run a recorded run offline and compare")
     replay.add_argument("audit", metavar="AUDIT.jsonl", help=AUDIT_HELP)
+    add_key_option(replay)
     replay.set_defaults(func=cmd_replay)
 
     chat = sub.add_parser("chat", help="chat with Claude in the terminal")

@@ -21,14 +21,14 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from statemachine_agent.agent import Agent
 from statemachine_agent.audit.config import Audit
-from statemachine_agent.audit.sink import MemorySink, read_events, run_events
+from statemachine_agent.audit.sink import MemorySink, iter_numbered, iter_run_events
 from statemachine_agent.machine.engine import CancelToken
 from statemachine_agent.machine.result import RunResult
 from statemachine_agent.machine.settings import RunSettings
@@ -396,21 +396,65 @@ def _resume_decisions(segment: Segment) -> dict[str, Decision]:
     return decisions
 
 
-def replay(audit: str | Path, *, output_type: Any = None) -> ReplayReport:
+class ReplayError(ValueError):
+    """The file is not something a replay can start from (no start, two runs, no end)."""
+
+
+REPLAYED_EVENTS = frozenset(
+    {
+        "run.started",
+        "run.resumed",
+        "run.ended",
+        "model.requested",
+        "model.replied",
+        "model.failed",
+        "tool.called",
+        "tool.finished",
+        "tool.failed",
+        "transition.fired",
+        "verify.checked",
+        "approval.decided",
+        "subagent.ended",
+    }
+)
+"""The events a replay answers from; it keeps only these of a file it reads."""
+
+
+def replay(
+    audit: str | Path,
+    *,
+    output_type: Any = None,
+    encryption_key: str | Sequence[str] | None = None,
+) -> ReplayReport:
     """Re-run the run recorded in `audit` offline, segment by segment, and compare its
     transitions with the recorded ones.
 
     A run with an output type replays with it: `output_type` rebuilds the typed
     answer (`report.result.output`); without it, the recorded `final_result`
-    schema is used and the answer is its JSON form.
+    schema is used and the answer is its JSON form. An encrypted audit file needs
+    its `encryption_key`.
     """
-    events = [dict(e) for e in run_events(read_events(Path(audit)))]  # not its sub-agents'
+    events = (event for _, event in iter_numbered(Path(audit), encryption_key))
+    return replay_events(events, str(audit), output_type=output_type)
+
+
+def replay_events(
+    stream: Iterable[Mapping[str, Any]], source: str = "events", *, output_type: Any = None
+) -> ReplayReport:
+    """Re-run a recorded run from its events (see `replay`).
+
+    The events may be a stream: one pass keeps only those a replay answers from
+    (`REPLAYED_EVENTS`), verbatim, so its memory is what they hold, not the file.
+    """
+    audit = source
+    own = iter_run_events(stream)  # not its sub-agents'
+    events = [e for e in own if e["event"] in REPLAYED_EVENTS]
     parts = segments(events)
-    started = parts[0].events[0]
+    started = parts[0].events[0] if parts and parts[0].events else {"event": None}
     if started["event"] != "run.started":
-        raise ValueError(f"{audit}: no run.started event; is this an audit file of one run?")
+        raise ReplayError(f"{audit}: no run.started event; is this an audit file of one run?")
     if sum(1 for e in events if e["event"] == "run.started") > 1:
-        raise ValueError(f"{audit}: the file holds more than one run.started; replay one run")
+        raise ReplayError(f"{audit}: the file holds more than one run.started; replay one run")
     settings: RunSettings = from_plain(RunSettings, started["settings"], "settings")
     progress = _Progress(parts)
     model = SegmentedModel(progress, str(started.get("model") or "replay"))
@@ -461,7 +505,7 @@ def replay(audit: str | Path, *, output_type: Any = None) -> ReplayReport:
     replayed = _steps([e for e in seen.events if e["event"] == "transition.fired"])
     difference = model.divergence or effects.divergence
     if result is None:
-        raise ValueError(f"{audit}: the run never reached an end state, so nothing to compare")
+        raise ReplayError(f"{audit}: the run never reached an end state, so nothing to compare")
     if difference is None:
         for index, (want, got) in enumerate(zip(recorded, replayed, strict=False), start=1):
             if want != got:

@@ -12,9 +12,13 @@ file, anyone) can rewrite the file and every digest after the edit; a file cut
 short after a crash looks like one whose last lines were deleted. docs/audit.md
 says what the chain proves.
 
-This module only seals and checks lines; which sink writes them (a file, a
-batching writer, an encrypted one) is the sinks' business. Lines are compared as
-bytes, exactly as written, so nothing is ever re-serialised to be checked.
+The chain is over the lines exactly as written. An encrypted file (a `cipher`,
+`persistence/crypto.py`) holds one envelope a line, `{"prev": ..., "enc": "enc1:..."}`
+(and `digest` on a sealed `run.ended`), the event sealed inside `enc` with AES-GCM: the
+chain then links the envelopes, so `verify` checks it without the encryption key, while
+AES-GCM authenticates each line's content for whoever opens it. Lines are compared as
+bytes, exactly as written, so nothing is ever re-serialised to be checked. Files are
+read as a stream: continuing or verifying a file of any size takes bounded memory.
 """
 
 from __future__ import annotations
@@ -22,15 +26,22 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from statemachine_agent.unicode import repair_text
 
+if TYPE_CHECKING:
+    from statemachine_agent.persistence.crypto import Cipher
+
 PREV = "prev"
 DIGEST = "digest"
+ENCRYPTED = "enc"
+"""The member of an encrypted line's envelope that holds the sealed event."""
+AUDIT_CONTEXT = b"statemachine-agent audit line"
+"""Associated data of an encrypted audit line (a checkpoint payload cannot pass for one)."""
 SEALED_EVENT = "run.ended"
 """The event whose line carries the digest of the whole file so far."""
 
@@ -76,8 +87,10 @@ class Sealed:
 class Chain:
     """The state of one chain: the digest of its last line and of all its bytes."""
 
-    def __init__(self, key: AuditKey | None = None) -> None:
+    def __init__(self, key: AuditKey | None = None, cipher: Cipher | None = None) -> None:
+        """`cipher` encrypts every line this chain seals (an envelope around the event)."""
         self._key = _key_bytes(key)
+        self.cipher = cipher
         self.head: str | None = None
         """The digest of the last line, which the next line carries as `prev`."""
         self._whole = _hasher(self._key)
@@ -112,6 +125,8 @@ class Chain:
         body = {k: v for k, v in event.items() if k not in (PREV, DIGEST)}
         body[PREV] = self.head
         line = encode(body)
+        if self.cipher is not None:
+            line = encode({PREV: self.head, ENCRYPTED: self.cipher.seal(line, AUDIT_CONTEXT)})
         if body.get("event") == SEALED_EVENT:
             body[DIGEST] = self.whole_digest(line.encode("utf-8"))
             line = f"{line[:-1]}{_DIGEST_SUFFIX}{body[DIGEST]}" + '"}'
@@ -119,9 +134,11 @@ class Chain:
         return Sealed(body, line)
 
     @classmethod
-    def of_lines(cls, lines: Iterable[bytes], key: AuditKey | None = None) -> Chain:
+    def of_lines(
+        cls, lines: Iterable[bytes], key: AuditKey | None = None, cipher: Cipher | None = None
+    ) -> Chain:
         """The chain state after `lines` (to continue a file that already has some)."""
-        chain = cls(key)
+        chain = cls(key, cipher)
         for line in lines:
             chain.advance(line)
         return chain
@@ -135,13 +152,26 @@ def file_lines(data: bytes) -> list[bytes]:
     return lines
 
 
-def continue_file(path: Path, key: AuditKey | None = None) -> Chain:
-    """The chain of an existing file, so lines appended (a resumed run) extend it."""
+def iter_file_lines(path: Path) -> Iterator[bytes]:
+    """`file_lines` of the file at `path`, read as a stream (one line in memory at a time)."""
+    with path.open("rb") as handle:
+        for raw in handle:
+            yield raw[:-1] if raw.endswith(b"\n") else raw
+
+
+def continue_file(path: Path, key: AuditKey | None = None, cipher: Cipher | None = None) -> Chain:
+    """The chain of an existing file, so lines appended (a resumed run) extend it.
+
+    Only the digest of the last line and the running digest of all bytes are kept,
+    so this reads any file in bounded memory; what the lines hold (plain events or
+    encrypted envelopes) does not matter, and `cipher` is only the one the new
+    lines are sealed with.
+    """
     try:
-        data = path.read_bytes()
+        lines = iter_file_lines(path)
+        return Chain.of_lines(lines, key, cipher)
     except FileNotFoundError:
-        return Chain(key)
-    return Chain.of_lines(file_lines(data), key)
+        return Chain(key, cipher)
 
 
 # -- checking ------------------------------------------------------------------------
@@ -179,60 +209,118 @@ class Verification:
 
 
 def _parse(line: bytes) -> dict[str, Any] | None:
+    """The line's event, or its envelope when encrypted; None for anything else."""
     try:
         value = json.loads(line)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         return None
-    return value if isinstance(value, dict) and "event" in value else None
+    if not isinstance(value, dict):
+        return None
+    return value if "event" in value or isinstance(value.get(ENCRYPTED), str) else None
 
 
-def verify_lines(lines: list[bytes], key: AuditKey | None = None) -> Verification:
+@dataclass(frozen=True)
+class _Line:
+    """What the check needs of one line: its `prev`, and whether it claims to seal the file."""
+
+    prev: Any
+    sealing: bool
+    event: dict[str, Any] | None
+    problem: str | None = None
+    """Why an encrypted line's content cannot be trusted (it does not authenticate)."""
+
+
+def _line_of(raw: bytes, cipher: Cipher | None) -> _Line:
+    """Read one line. Without a cipher an envelope is taken as it stands (a `digest`
+    member marks the seal); with one, its content is opened and must agree with it.
+    A key that is not the file's raises `KeyMismatchError`."""
+    event = _parse(raw)
+    if event is None:
+        return _Line("(unreadable)", False, None)
+    prev = event.get(PREV, "(none)")
+    if not isinstance(event.get(ENCRYPTED), str) or "event" in event:
+        return _Line(prev, event.get("event") == SEALED_EVENT, event)
+    if cipher is None:
+        return _Line(prev, DIGEST in event, event)
+    from statemachine_agent.persistence.crypto import KeyMismatchError, PayloadAlteredError
+
+    try:
+        inner = json.loads(cipher.open(event[ENCRYPTED], AUDIT_CONTEXT))
+    except PayloadAlteredError:
+        return _Line(prev, DIGEST in event, event, "its encrypted content does not authenticate")
+    except KeyMismatchError:
+        raise
+    except (ValueError, RecursionError):
+        return _Line(prev, DIGEST in event, event, "its encrypted content is not an event")
+    if not isinstance(inner, dict) or inner.get(PREV, "(none)") != prev:
+        return _Line(prev, DIGEST in event, event, "its envelope and its content disagree")
+    return _Line(prev, inner.get("event") == SEALED_EVENT, event)
+
+
+def verify_lines(
+    lines: Iterable[bytes], key: AuditKey | None = None, cipher: Cipher | None = None
+) -> Verification:
     """Check a file's lines; the first break found is named by line number (from 1)."""
+    listed = list(lines)
+    return _verify(lambda: iter(listed), key, cipher)
+
+
+def verify_file(
+    path: Path, key: AuditKey | None = None, cipher: Cipher | None = None
+) -> Verification:
+    """Check the chain of the audit file at `path`, read as a stream (raises OSError when
+    unreadable, and `KeyMismatchError` when `cipher` holds no key the file was written with).
+
+    The file is read once, and a second time from the start only to name a break.
+    """
+    path.stat()  # an unreadable file raises here, before any line is judged
+    return _verify(lambda: iter_file_lines(path), key, cipher)
+
+
+def _verify(
+    open_lines: Callable[[], Iterator[bytes]], key: AuditKey | None, cipher: Cipher | None
+) -> Verification:
     chain = Chain(key)
     keyed = chain.keyed
-    digests = [chain.digest(line) for line in lines]
-    events = [_parse(line) for line in lines]
-    positions: dict[str, list[int]] = {}
-    for number, value in enumerate(digests, start=1):
-        positions.setdefault(value, []).append(number)
+    digests: list[str | None] = [None, None]
+    """The digests of the two lines before the current one (oldest first)."""
+    count = 0
+    sealed = False
 
-    def expected(number: int) -> str | None:
-        """The `prev` line `number` must carry: the digest of the line before it."""
-        return digests[number - 2] if number >= 2 else None
-
-    def prev_of(number: int) -> Any:
-        event = events[number - 1] if 1 <= number <= len(events) else None
-        return event.get(PREV, "(none)") if event is not None else "(unreadable)"
-
-    def broken(number: int, problem: Problem, message: str) -> Verification:
+    def broken(number: int, problem: Problem, message: str, lines: int) -> Verification:
         if not keyed and number <= 2:
             message += " (a file written with audit_key= verifies only with --key)"
-        return Verification("broken", len(lines), keyed, number, problem, message)
+        return Verification("broken", lines, keyed, number, problem, message)
 
-    for number, raw in enumerate(lines, start=1):
-        event = events[number - 1]
-        prev = prev_of(number)
-        if event is None or prev != expected(number):
-            return _diagnose(number, len(lines), event, prev, expected, prev_of, positions, broken)
-        if event.get("event") == SEALED_EVENT:
-            sealed = _check_digest(raw, chain)
-            if sealed is not None:
-                return broken(number, "edited", f"line {number} (run.ended) was edited: {sealed}")
+    for number, raw in enumerate(open_lines(), start=1):
+        count = number
+        line = _line_of(raw, cipher)
+        if line.event is None or line.prev != digests[1]:
+            return _diagnose(number, line, digests, open_lines, chain, broken)
+        if line.problem is not None:
+            message = f"line {number} was edited: {line.problem}"
+            return broken(number, "edited", message, sum(1 for _ in open_lines()))
+        if line.sealing:
+            why = _check_digest(raw, chain)
+            if why is not None:
+                message = f"line {number} (run.ended) was edited: {why}"
+                return broken(number, "edited", message, sum(1 for _ in open_lines()))
         chain.advance(raw)
-    if not lines:
+        digests = [digests[1], chain.head]
+        sealed = line.sealing
+    if not count:
         return Verification("unsealed", 0, keyed, None, "unsealed", "the file is empty")
-    last = events[-1] or {}
-    if last.get("event") != SEALED_EVENT:
+    if not sealed:
         return Verification(
             "unsealed",
-            len(lines),
+            count,
             keyed,
-            len(lines),
+            count,
             "unsealed",
-            f"the chain holds to line {len(lines)}, but the file does not end with a sealed "
+            f"the chain holds to line {count}, but the file does not end with a sealed "
             "run.ended: lines were cut from its end, or the run has not finished",
         )
-    return Verification("intact", len(lines), keyed)
+    return Verification("intact", count, keyed)
 
 
 def _check_digest(raw: bytes, chain: Chain) -> str | None:
@@ -250,13 +338,11 @@ def _check_digest(raw: bytes, chain: Chain) -> str | None:
 
 def _diagnose(
     number: int,
-    count: int,
-    event: dict[str, Any] | None,
-    prev: Any,
-    expected: Callable[[int], str | None],
-    prev_of: Callable[[int], Any],
-    positions: Mapping[str, list[int]],
-    broken: Callable[[int, Problem, str], Verification],
+    line: _Line,
+    digests: list[str | None],
+    open_lines: Callable[[], Iterator[bytes]],
+    chain: Chain,
+    broken: Callable[[int, Problem, str, int], Verification],
 ) -> Verification:
     """Name what happened where the chain first breaks, at line `number`.
 
@@ -265,36 +351,50 @@ def _diagnose(
     between was inserted; the next line following the one before means this one
     was inserted; a digest found nowhere means the line before was edited, or a
     line after it deleted (the chain cannot tell these apart).
+
+    What it needs of the lines after `number` (the next line's `prev`, whether a
+    later line has the digest this one follows, how many lines there are) comes
+    from a second pass over the file, so nothing but two digests is ever kept.
     """
-    if event is None:
-        if prev_of(number + 1) == expected(number):
-            return broken(number, "inserted", f"line {number} was inserted (not an audit event)")
-        return broken(number, "edited", f"line {number} was edited: it is not a JSON audit event")
-    later = [p for p in positions.get(prev, []) if p > number] if isinstance(prev, str) else []
-    if later:
-        return broken(
+    expected, before = digests[1], digests[0]
+    prev = line.prev
+    next_prev: Any = "(unreadable)"
+    later: int | None = None
+    count = 0
+    for position, raw in enumerate(open_lines(), start=1):
+        count = position
+        if position == number + 1:
+            next_prev = _line_of(raw, None).prev
+        found = position > number and later is None and isinstance(prev, str)
+        if found and chain.digest(raw) == prev:
+            later = position
+
+    def result(at: int, problem: Problem, message: str) -> Verification:
+        return broken(at, problem, message, count)
+
+    if line.event is None:
+        if next_prev == expected:
+            return result(number, "inserted", f"line {number} was inserted (not an audit event)")
+        return result(number, "edited", f"line {number} was edited: it is not a JSON audit event")
+    if later is not None:
+        return result(
             number,
             "reordered",
-            f"line {number} is out of order: it was written after what is now line {later[0]}",
+            f"line {number} is out of order: it was written after what is now line {later}",
         )
-    if number < count and prev_of(number + 1) == expected(number):
-        return broken(number, "inserted", f"line {number} was inserted: the next line skips it")
-    if number >= 2 and prev == expected(number - 1):
-        return broken(
+    if number < count and next_prev == expected:
+        return result(number, "inserted", f"line {number} was inserted: the next line skips it")
+    if number >= 2 and prev == before:
+        return result(
             number - 1, "inserted", f"line {number - 1} was inserted: line {number} skips it"
         )
-    if number == 1 and PREV not in event:
-        return broken(1, "edited", "line 1 carries no prev: the file has no chain, or was edited")
+    if number == 1 and PREV not in line.event:
+        return result(1, "edited", "line 1 carries no prev: the file has no chain, or was edited")
     if number == 1:
-        return broken(1, "deleted", "a line before line 1 was deleted (line 1 follows another)")
-    return broken(
+        return result(1, "deleted", "a line before line 1 was deleted (line 1 follows another)")
+    return result(
         number - 1,
         "edited_or_deleted",
         f"line {number - 1} was edited, or a line after it deleted "
         f"(line {number} does not follow it)",
     )
-
-
-def verify_file(path: Path, key: AuditKey | None = None) -> Verification:
-    """Check the chain of the audit file at `path` (raises OSError when unreadable)."""
-    return verify_lines(file_lines(path.read_bytes()), key)

@@ -7,11 +7,14 @@ passed per agent, so writing an audit file needs no global logging config.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
-from statemachine_agent.audit.chain import AuditKey, continue_file
+from statemachine_agent.audit.chain import AUDIT_CONTEXT, ENCRYPTED, AuditKey, continue_file
+
+if TYPE_CHECKING:
+    from statemachine_agent.persistence.crypto import Cipher, EncryptionKey
 
 
 class AuditSink(Protocol):
@@ -39,16 +42,31 @@ class JsonlSink:
     digest of the line before, and `run.ended` carries the digest of the whole file.
     A file that already has lines (a resumed run) is continued, not restarted.
     `audit_key` makes every digest an HMAC, so only the key's holder can forge them.
+
+    With an encryption key (or the `cipher` of an encrypted store, which the agent
+    passes), each event is sealed with AES-GCM like the store's payloads, inside an
+    envelope that carries the chain: `verify` checks the file without the key, while
+    `report`, `inspect` and `replay` need it (`--encryption-key`).
     """
 
-    def __init__(self, path: Path, *, audit_key: AuditKey | None = None, batch: int = 256) -> None:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        audit_key: AuditKey | None = None,
+        batch: int = 256,
+        encryption_key: EncryptionKey | Sequence[EncryptionKey] | None = None,
+        cipher: Cipher | None = None,
+    ) -> None:
+        from statemachine_agent.persistence.crypto import cipher_for
+
         if batch < 1:
             raise ValueError(f"batch must be at least 1 line, not {batch}")
         self.path = path
         self.batch = batch
         self._pending: list[str] = []
         path.parent.mkdir(parents=True, exist_ok=True)
-        self.chain = continue_file(path, audit_key)
+        self.chain = continue_file(path, audit_key, cipher or cipher_for(encryption_key))
         self._file: IO[str] | None = path.open("a", encoding="utf-8")
         if self._file.tell() and not _ends_with_newline(path):
             self._file.write("\n")  # a line cut short by a crash stays a line of its own
@@ -101,21 +119,70 @@ class MemorySink:
         return None
 
 
-def read_events(path: Path) -> list[dict[str, Any]]:
-    """Load an audit file, naming the line of anything malformed."""
-    events: list[dict[str, Any]] = []
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
+def read_events(
+    path: Path, encryption_key: EncryptionKey | Sequence[EncryptionKey] | None = None
+) -> list[dict[str, Any]]:
+    """Load an audit file, naming the line of anything malformed (or sealed with another key)."""
+    return [event for _, event in iter_numbered(path, encryption_key)]
+
+
+def read_numbered(
+    path: Path, encryption_key: EncryptionKey | Sequence[EncryptionKey] | Cipher | None = None
+) -> list[tuple[int, dict[str, Any]]]:
+    """The file's events with their line numbers (all in memory; see `iter_numbered`)."""
+    return list(iter_numbered(path, encryption_key))
+
+
+def iter_numbered(
+    path: Path, encryption_key: EncryptionKey | Sequence[EncryptionKey] | Cipher | None = None
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """The file's events with their line numbers, read as a stream (one line in memory at
+    a time). Any malformed line is a `ValueError` naming it: not UTF-8, not JSON, nested
+    too deeply, not an event, encrypted with another key (or altered)."""
+    from statemachine_agent.persistence.crypto import Cipher, KeyMismatchError, cipher_for
+
+    cipher = encryption_key if isinstance(encryption_key, Cipher) else cipher_for(encryption_key)
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise ValueError(
+                    f"{path}:{number}: not a UTF-8 text file (byte {exc.start + 1} of the line)"
+                ) from None
             if not line.strip():
                 continue
-            try:
-                event = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}:{number}: not a JSON object ({exc.msg})") from exc
-            if not isinstance(event, dict) or "event" not in event:
+            event = _json_object(path, number, line)
+            if isinstance(event.get(ENCRYPTED), str) and "event" not in event:
+                try:
+                    opened = _open_line(cipher, event[ENCRYPTED])
+                except KeyMismatchError as exc:
+                    hint = "; give the key (--encryption-key)" if cipher is None else ""
+                    raise ValueError(f"{path}:{number}: {exc}{hint}") from None
+                event = _json_object(path, number, opened)
+            if not isinstance(event.get("event"), str):
                 raise ValueError(f"{path}:{number}: not an audit event (no 'event' key)")
-            events.append(event)
-    return events
+            yield number, event
+
+
+def _open_line(cipher: Cipher | None, sealed: str) -> str:
+    from statemachine_agent.persistence.crypto import KeyMismatchError, open_payload
+
+    if cipher is None:
+        raise KeyMismatchError("the line is encrypted and no encryption key was given")
+    return open_payload(cipher, sealed, AUDIT_CONTEXT)
+
+
+def _json_object(path: Path, number: int, line: str) -> dict[str, Any]:
+    try:
+        event = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}:{number}: not a JSON object ({exc.msg})") from None
+    except RecursionError:
+        raise ValueError(f"{path}:{number}: nested too deeply to read") from None
+    if not isinstance(event, dict):
+        raise ValueError(f"{path}:{number}: not an audit event (not a JSON object)")
+    return event
 
 
 def run_events(
@@ -126,7 +193,15 @@ def run_events(
     A sub-agent's run writes its events into its parent's file (each with its own
     `run_id` and a `parent_run_id`), so one file may hold several runs.
     """
-    events = list(events)
-    if run_id is None:
-        run_id = str(events[0].get("run_id", "")) if events else ""
-    return [e for e in events if e.get("run_id") == run_id]
+    return list(iter_run_events(events, run_id))
+
+
+def iter_run_events(
+    events: Iterable[Mapping[str, Any]], run_id: str | None = None
+) -> Iterator[Mapping[str, Any]]:
+    """`run_events` as a stream: the first event read names the run when `run_id` is None."""
+    for event in events:
+        if run_id is None:
+            run_id = str(event.get("run_id", ""))
+        if event.get("run_id") == run_id:
+            yield event

@@ -8,7 +8,7 @@ end state by a `resumed` row of the table.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from statemachine_agent.machine.ends import END_STATES
 from statemachine_agent.machine.run import RunRecord
@@ -17,6 +17,33 @@ from statemachine_agent.policy.approval import Decision, decision_to_plain
 
 class RunAlreadyEndedError(ValueError):
     """The run reached an end state that cannot be resumed."""
+
+
+class MissingToolsError(ValueError):
+    """A resumed run has pending or recorded calls of tools the agent does not have."""
+
+    def __init__(self, run_id: str, missing: Iterable[str]) -> None:
+        self.run_id, self.missing = run_id, sorted(missing)
+        super().__init__(
+            f"run {run_id!r} cannot be resumed without the tool(s) it has called: "
+            f"{', '.join(self.missing)}; give the agent those tools"
+        )
+
+
+def check_tools(record: RunRecord, available: Iterable[str]) -> None:
+    """Refuse a resume whose tools lack one the run has pending or recorded calls of."""
+    called = {call.name for call in record.pending_calls}
+    for message in record.messages:
+        content = message.get("content")
+        if message.get("role") == "assistant" and isinstance(content, list):
+            called.update(
+                str(block.get("name"))
+                for block in content
+                if isinstance(block, Mapping) and block.get("type") == "tool_use"
+            )
+    missing = called - set(available)
+    if missing:
+        raise MissingToolsError(record.run_id, missing)
 
 
 def prepare_resume(record: RunRecord, decisions: Mapping[str, Decision]) -> None:

@@ -237,3 +237,23 @@ def tombstone(record: RunRecord, why: str) -> dict[str, Plain]:
         "state_name": "failed",
         "state": {"$dict": {"error": {"$set": error}}},
     }
+
+
+def counters(body: Mapping[str, Plain]) -> tuple[int | None, float | None]:
+    """The model calls and cost a checkpoint body sets, if it changes them.
+
+    Lets a store keep a run's listing (`runs`) current without folding its checkpoints.
+    """
+    state = body.get("state")
+    ops = state.get("$dict") if isinstance(state, dict) else None
+    if not isinstance(ops, dict):
+        return None, None
+    found: list[Plain] = []
+    for key in ("iteration", "cost_usd"):
+        op = ops.get(key)
+        found.append(op["$set"] if isinstance(op, dict) and "$set" in op else None)
+    iteration, cost = found
+    return (
+        iteration if isinstance(iteration, int) else None,
+        float(cost) if isinstance(cost, int | float) else None,
+    )

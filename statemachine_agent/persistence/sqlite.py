@@ -3,42 +3,114 @@
 WAL mode with `synchronous=NORMAL`: a commit costs tens of microseconds rather
 than a disk sync, and what is committed survives the process being killed
 (the crash tests prove it). Power-loss durability needs `synchronous="FULL"`.
+
+The files stay small: the WAL is checkpointed every ~1 MB and truncated back
+to at most 1 MB (`journal_size_limit`), and emptied when the store closes;
+pruned runs give their pages back (`auto_vacuum=INCREMENTAL` on new files).
+Every write takes the file's write lock (`BEGIN IMMEDIATE`), so the lease check
+and the append it guards are one step for every process sharing the file.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal
 
+from statemachine_agent.persistence.base import DEFAULT_LEASE_SECONDS, CheckpointCorruptError
+from statemachine_agent.persistence.crypto import EncryptionKey
 from statemachine_agent.persistence.sql import SQLCheckpointer
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS checkpoints (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    run_id TEXT NOT NULL,
-    seq INTEGER NOT NULL,
-    state TEXT NOT NULL,
-    body TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS checkpoints_run ON checkpoints (run_id, id);
-"""
+WAL_PAGES = 256
+"""Pages (4 KiB) the WAL may hold before it is checkpointed into the database."""
+
+JOURNAL_LIMIT = 1 << 20
+"""Bytes a checkpointed WAL is truncated back to."""
 
 
 class SQLiteCheckpointer(SQLCheckpointer):
-    """Append-only checkpoints in one SQLite file, shared by any number of runs."""
+    """Append-only checkpoints in one SQLite file, shared by any number of runs and processes."""
 
     def __init__(
-        self, path: str | Path, *, synchronous: Literal["NORMAL", "FULL"] = "NORMAL"
+        self,
+        path: str | Path,
+        *,
+        synchronous: Literal["NORMAL", "FULL"] = "NORMAL",
+        encryption_key: EncryptionKey | Sequence[EncryptionKey] | None = None,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
     ) -> None:
+        """
+        Args:
+            path: the database file (created with its folder if missing).
+            synchronous: `FULL` to survive power loss, at a disk sync per checkpoint.
+            encryption_key: a key (`generate_key()`) or a list of keys to encrypt every
+                payload with AES-GCM; the first writes, all read (rotation).
+            lease_seconds: how long a driver's lease outlives its last heartbeat.
+        """
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute(f"PRAGMA synchronous={synchronous}")
-        self._db.execute("PRAGMA busy_timeout=5000")
-        self._db.executescript(SCHEMA)
-        super().__init__(self._db.execute, self._db.close, table="checkpoints", mark="?")
+        db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self._db = db
+        super().__init__(
+            db.execute,
+            self._shutdown,
+            self._immediate,
+            name=f"SQLite store {self.path}",
+            mark="?",
+            real="REAL",
+            lock_rows="",
+            corrupt_errors=(sqlite3.DatabaseError,),
+            legacy_table="checkpoints",
+            encryption_key=encryption_key,
+            lease_seconds=lease_seconds,
+        )
+        try:
+            db.execute("PRAGMA busy_timeout=10000")
+            db.execute("PRAGMA auto_vacuum=INCREMENTAL")  # only takes on a new, empty file
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute(f"PRAGMA synchronous={synchronous}")
+            db.execute(f"PRAGMA wal_autocheckpoint={WAL_PAGES}")
+            db.execute(f"PRAGMA journal_size_limit={JOURNAL_LIMIT}")
+        except sqlite3.DatabaseError as exc:
+            db.close()
+            raise CheckpointCorruptError(
+                f"not an SQLite database ({exc})", store=self.name
+            ) from None
+        try:
+            self._setup(self._has_table)
+        except BaseException:
+            db.close()
+            raise
+
+    def _has_table(self, name: str) -> bool:
+        found = self._db.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)
+        ).fetchone()
+        return found is not None
+
+    @contextmanager
+    def _immediate(self) -> Iterator[None]:
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    def _compact(self) -> None:
+        with self._lock:
+            self._db.execute("PRAGMA incremental_vacuum")
+            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+    def _shutdown(self) -> None:
+        # another process reading makes this fail: it empties the WAL when it closes
+        with contextlib.suppress(sqlite3.Error):
+            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        self._db.close()
 
     def __repr__(self) -> str:
         return f"<SQLiteCheckpointer {self.path}>"

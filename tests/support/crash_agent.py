@@ -24,6 +24,8 @@ from statemachine_agent.testing import replies
 
 RUN_ID = "run_crash_test"
 KILLED_MARK = ".killed"
+LEASE_SECONDS = 1.0
+"""Short, so the resuming process takes over the killed one's lease soon."""
 
 
 def script() -> list[dict[str, Any]]:
@@ -88,7 +90,7 @@ def build(db: Path, ledger: Path, kill: str | None) -> Agent:
     return Agent(
         ProgressModel(),
         tools=[lookup, pay],
-        checkpointer=SQLiteCheckpointer(db),
+        checkpointer=SQLiteCheckpointer(db, lease_seconds=LEASE_SECONDS),
         audit=Audit(dir=db.parent / "audit", sinks=sinks),
         stall=None,
     )
@@ -98,7 +100,11 @@ def main() -> None:
     mode, db, ledger = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
     kill = sys.argv[4] if len(sys.argv) > 4 else None
     agent = build(db, ledger, kill)
-    result = agent.run("Pay my bills.", run_id=RUN_ID) if mode == "run" else agent.resume(RUN_ID)
+    result = (
+        agent.run("Pay my bills.", run_id=RUN_ID)
+        if mode == "run"
+        else agent.resume(RUN_ID, wait=10 * LEASE_SECONDS)
+    )
     print(json.dumps({"end_state": result.end_state, "messages": result.messages}))
 
 

@@ -1,0 +1,95 @@
+"""The `runs` and `prune` commands: what a checkpoint store holds, and keeping it small.
+
+`--store` is an SQLite file or a PostgreSQL URL (`postgresql://...`). A store
+that cannot be read is one line naming the store, run and checkpoint, exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+from typing import Any
+
+from statemachine_agent._cli_common import UsageError, add_key_option, encryption_keys
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def duration(text: str) -> float:
+    """`30d`, `12h`, `45m`, `90s` or `2w` in seconds, for `--older-than`."""
+    found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*", text)
+    if found is None:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a duration like 30d, 12h, 45m, 90s or 2w"
+        )
+    return float(found.group(1)) * _UNITS[found.group(2)]
+
+
+def open_store(args: argparse.Namespace) -> Any:
+    """The store `--store` names; a missing SQLite file is an error, not a new store."""
+    from statemachine_agent.persistence import PostgresCheckpointer, SQLiteCheckpointer
+
+    target: str = args.store
+    keys = encryption_keys(args)
+    try:
+        if target.startswith(("postgresql://", "postgres://")):
+            return PostgresCheckpointer(target, encryption_key=keys)
+        if not Path(target).is_file():
+            raise UsageError(f"no store at {target}")
+        return SQLiteCheckpointer(target, encryption_key=keys)
+    except (ImportError, ValueError, OSError) as exc:
+        raise UsageError(f"cannot open store {target}: {exc}") from exc
+    except Exception as exc:
+        if type(exc).__module__.startswith("psycopg"):  # server down, bad URL, no access
+            raise UsageError(f"cannot open store {target}: {exc}".strip()) from exc
+        raise
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    """List the runs of a store: id, state, model calls, cost, last update, driver."""
+    from statemachine_agent.persistence.base import stamp
+
+    store = open_store(args)
+    try:
+        runs = store.runs()
+    finally:
+        store.close()
+    if not runs:
+        print("(no runs)")
+        return 0
+    width = max(len(r.run_id) for r in runs)
+    print(f"{'RUN':<{width}}  {'STATE':<17} {'ITER':>5} {'COST USD':>10}  LAST UPDATE")
+    for r in runs:
+        driver = f"  driven by {r.lease_owner}" if r.lease_owner else ""
+        print(
+            f"{r.run_id:<{width}}  {r.state:<17} {r.iterations:>5} {r.cost_usd:>10.4f}  "
+            f"{stamp(r.updated_at)}{driver}"
+        )
+    return 0
+
+
+def cmd_prune(args: argparse.Namespace) -> int:
+    """Delete the runs last updated longer ago than --older-than (only in --state, if given)."""
+    store = open_store(args)
+    try:
+        gone = store.prune(older_than=args.older_than, states=args.state or None)
+    finally:
+        store.close()
+    print(f"Pruned {len(gone)} run{'s' if len(gone) != 1 else ''}.")
+    return 0
+
+
+def add_commands(sub: Any) -> None:
+    """Register `runs` and `prune` on the CLI's subcommand parser."""
+    store = argparse.ArgumentParser(add_help=False)
+    store.add_argument("--store", required=True, metavar="PATH|URL", help="SQLite file or URL")
+    add_key_option(store)
+    runs = sub.add_parser("runs", parents=[store], help="list the runs in a checkpoint store")
+    runs.set_defaults(func=cmd_runs)
+    prune = sub.add_parser("prune", parents=[store], help="delete old runs from a store")
+    prune.add_argument("--older-than", type=duration, required=True, metavar="AGE",
+                       help="e.g. 30d, 12h, 45m")  # fmt: skip
+    prune.add_argument("--state", action="append", metavar="STATE",
+                       help="only runs in this state (repeatable)")  # fmt: skip
+    prune.set_defaults(func=cmd_prune)
