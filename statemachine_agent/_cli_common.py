@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -99,26 +99,37 @@ def cipher_of(args: argparse.Namespace) -> Cipher | None:
 def load_events(path: str, keys: Cipher | list[str] | None = None) -> list[dict[str, Any]]:
     """An audit file's events; a missing, unreadable or malformed file is a usage error
     naming the file (and, for a malformed line, its number)."""
-    return [event for _, event in load_numbered(path, keys)]
+    return [event for _, event in stream_numbered(path, keys)]
 
 
 def load_numbered(
     path: str, keys: Cipher | list[str] | None = None
 ) -> list[tuple[int, dict[str, Any]]]:
-    """`load_events`, each event with its line number (for `use_events`)."""
-    from statemachine_agent.audit.sink import read_numbered
+    """`load_events`, each event with its line number."""
+    return list(stream_numbered(path, keys))
 
+
+def stream_numbered(
+    path: str, keys: Cipher | list[str] | None = None
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """The events of an audit file with their line numbers, read as a stream (one line
+    in memory at a time); anything wrong with the file (missing, unreadable, a
+    malformed line, no events at all) is a `UsageError` naming it, when it is reached."""
+    from statemachine_agent.audit.sink import iter_numbered
+
+    count = 0
     try:
-        events = read_numbered(Path(path), keys)
+        for number, event in iter_numbered(Path(path), keys):
+            count += 1
+            yield number, event
     except OSError as exc:
         raise UsageError(f"cannot read audit file {path}: {exc.strerror or exc}") from exc
     except UnicodeDecodeError as exc:
         raise UsageError(f"{path}: not a UTF-8 text file (byte {exc.start})") from exc
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
-    if not events:
+    if not count:
         raise UsageError(f"{path}: the audit file holds no events")
-    return events
 
 
 EVENT_ERRORS = (
@@ -151,20 +162,25 @@ class _TrackedEvent(dict[str, Any]):
 
 def use_events(
     path: str,
-    numbered: Sequence[tuple[int, dict[str, Any]]],
-    work: Callable[[list[dict[str, Any]]], T],
+    numbered: Iterable[tuple[int, dict[str, Any]]],
+    work: Callable[[Iterator[dict[str, Any]]], T],
     *,
     named: tuple[type[Exception], ...] = (),
+    fold: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
 ) -> T:
-    """`work(events)`; an event it cannot use is a usage error naming its line.
+    """`work(events)`, the events passed on one at a time as they are read (`numbered`
+    may be a stream, `stream_numbered`); an event it cannot use is a usage error
+    naming its line.
 
     The events note their line as they are read, so the one read last when the
     work fails (the one lacking a field, or holding the wrong type) is named.
-    Errors in `named` are the command's own and pass through.
+    `fold` caps each event first (the report's `fold_event`). Errors in `named`
+    are the command's own and pass through.
     """
     read = _Read()
+    shape = fold or (lambda event: event)
     try:
-        return work([_TrackedEvent(event, line, read) for line, event in numbered])
+        return work(_TrackedEvent(shape(event), line, read) for line, event in numbered)
     except named:
         raise
     except EVENT_ERRORS as exc:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
@@ -34,7 +34,7 @@ from statemachine_agent._cli_common import (
     claude,
     ensure_audit_dir,
     load_events,
-    load_numbered,
+    stream_numbered,
     use_events,
 )
 from statemachine_agent.machine.ends import EXIT_CODES
@@ -254,14 +254,16 @@ def status_console() -> Console:
 def cmd_report(args: argparse.Namespace) -> int:
     """Write the self-contained HTML report of one audit file."""
     from statemachine_agent import report
+    from statemachine_agent.report.fold import fold_event
 
-    numbered = load_numbered(args.audit, cipher_of(args))
+    verification = _verify(args)
     try:
         page = use_events(
             args.audit,
-            numbered,
-            lambda events: report.html(events, source=args.audit, verification=_verify(args)),
+            stream_numbered(args.audit, cipher_of(args)),
+            lambda events: report.html(events, source=args.audit, verification=verification),
             named=(report.ReportError,),
+            fold=fold_event,
         )
     except report.ReportError as exc:
         raise UsageError(f"{args.audit}: {exc}") from exc
@@ -275,18 +277,18 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     """Print one run's transitions, tool calls, tokens and cost per iteration, then totals."""
     from statemachine_agent import report
     from statemachine_agent.report.console import console_for
+    from statemachine_agent.report.fold import fold_event
 
-    numbered = load_numbered(args.audit, cipher_of(args))
-
-    def show(events: list[dict[str, Any]], stream: TextIO) -> None:
+    def show(events: Iterator[dict[str, Any]], stream: TextIO) -> None:
         report.print_inspect(report.build(events), console_for(stream), _verify(args))
 
     try:
         use_events(
             args.audit,
-            numbered,
+            stream_numbered(args.audit, cipher_of(args)),
             lambda events: show(events, sys.stdout),
             named=(report.ReportError,),
+            fold=fold_event,
         )
     except report.ReportError as exc:
         raise UsageError(f"{args.audit}: {exc}") from exc

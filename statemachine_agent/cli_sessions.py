@@ -24,7 +24,7 @@ from statemachine_agent._cli_common import (
     cipher_of,
     claude,
     ensure_audit_dir,
-    load_numbered,
+    stream_numbered,
     use_events,
 )
 
@@ -36,7 +36,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     try:
         report = use_events(
             args.audit,
-            load_numbered(args.audit, cipher_of(args)),  # malformed: names the line
+            stream_numbered(args.audit, cipher_of(args)),  # malformed: names the line
             lambda events: replay_events(events, args.audit),
             named=(ReplayError,),
         )

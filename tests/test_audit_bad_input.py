@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -49,8 +50,9 @@ JSON = st.recursive(
 
 
 @st.composite
-def damaged(draw: st.DrawFn, lines: list[bytes]) -> tuple[list[bytes], int]:
-    """The file with one line damaged in one of the ways files get damaged; its number."""
+def damaged(draw: st.DrawFn, lines: list[bytes]) -> tuple[list[bytes], int, str]:
+    """The file with one line damaged in one of the ways files get damaged; its number
+    and the kind of damage."""
     index = draw(st.integers(0, len(lines) - 1))
     event = json.loads(lines[index])
     kind = draw(st.sampled_from(["drop", "retype", "deep", "binary", "utf8", "cut"]))
@@ -64,22 +66,27 @@ def damaged(draw: st.DrawFn, lines: list[bytes]) -> tuple[list[bytes], int]:
         line = json.dumps(event).encode() + b"\n"
     elif kind == "deep":
         depth = draw(st.sampled_from([200, 5000, 100_000]))
+        kind = "deep" if depth > 1000 else "nested"
         event[draw(st.sampled_from(sorted(event)))] = json.loads("[" * 200 + "]" * 200)
         line = (json.dumps(event)[:-1] + ', "x": ' + "[" * depth + "]" * depth + "}\n").encode()
     elif kind == "binary":
-        line = draw(st.binary(min_size=1, max_size=40)) + b"\n"
+        line = b"\x00" + draw(st.binary(min_size=0, max_size=40)) + b"\n"
     elif kind == "utf8":
         raw = lines[index]
         at = draw(st.integers(0, len(raw) - 1))
         line = raw[:at] + b"\xff\xfe" + raw[at:]
     else:
         raw = lines[index]
-        line = raw[: draw(st.integers(1, len(raw) - 1))] + b"\n"
-    return [*lines[:index], line, *lines[index + 1 :]], index + 1
+        line = raw[: draw(st.integers(1, len(raw) - 3))] + b"\n"  # never the whole object
+    return [*lines[:index], line, *lines[index + 1 :]], index + 1, kind
+
+
+UNREADABLE = frozenset({"deep", "binary", "utf8", "cut"})
+"""Damage that leaves a line no JSON reader can take: every command must refuse it by number."""
 
 
 class TestFuzz:
-    @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+    @settings(max_examples=75, deadline=None, suppress_health_check=list(HealthCheck))
     @given(data=st.data())
     def test_any_damage_is_one_line_or_a_result(
         self,
@@ -88,14 +95,19 @@ class TestFuzz:
         tmp_path_factory: pytest.TempPathFactory,
         capsys: pytest.CaptureFixture[str],
     ) -> None:
-        """Whatever the damage, each command ends normally or with one error line, exit 2."""
-        content, _ = data.draw(damaged(lines))
+        """Whatever the damage, each command ends normally or with one error line, exit 2;
+        a line that cannot be read at all is always refused, by its number."""
+        content, number, kind = data.draw(damaged(lines))
         path = tmp_path_factory.mktemp("fuzz") / "run.jsonl"
         path.write_bytes(b"".join(content))
         for command in COMMANDS:
             code, err = run(command, path, capsys)
+            if kind in UNREADABLE:
+                assert code == 2, (command, kind, err)
+                assert f"{path}:{number}:" in err, (command, kind, err)
             if code == 2:
                 assert_one_line(err)
+                assert re.search(rf"{re.escape(str(path))}(:\d+)?: ", err), (command, err)
             else:
                 assert code in (0, 1), (command, code, err)
 

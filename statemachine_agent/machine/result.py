@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +27,11 @@ class RunResult:
     usage: Usage
     cost_usd: float
     elapsed_s: float
-    messages: list[JSON]
-    """The exact Messages API history, ready to be sent again."""
-    trail: tuple[TransitionRecord, ...]
+    messages: list[JSON] = field(repr=False)
+    """The exact Messages API history, ready to be sent again (left out of `repr`: a
+    long run's history would make every repr, even asyncio's of the finished task,
+    as large as the history)."""
+    trail: tuple[TransitionRecord, ...] = field(repr=False)
     data: Any = None
     """A structured result, when there is one (the `finish` tool's input)."""
     audit_path: Path | None = None

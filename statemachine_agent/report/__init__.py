@@ -8,7 +8,7 @@ the terminal table of `statemachine-agent inspect` (`console.py`), and
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from statemachine_agent.audit.chain import Verification
@@ -52,21 +52,36 @@ __all__ = [
 
 
 def html(
-    events: Sequence[Mapping[str, Any]],
+    events: Iterable[Mapping[str, Any]],
     *,
     source: str = "",
     verification: Verification | None = None,
 ) -> str:
     """The HTML report of a run's events, its path highlighted on the machine's diagram.
 
-    Raises `ReportError` for a file with nothing to report. Without a Graphviz
-    renderer the diagram falls back to the one shipped in the package, or to
-    text (`drawing.py`), and the page says so: the report is never refused.
+    The events may be a stream (`statemachine-agent report` reads the file so, each
+    event folded by `fold.fold_event`): only each transition's row is kept for the
+    diagram. Raises `ReportError` for a file with nothing to report. Without a
+    Graphviz renderer the diagram falls back to the one shipped in the package, or
+    to text (`drawing.py`), and the page says so: the report is never refused.
     """
-    report = build(events)
-    trail = [
-        e
-        for e in events
-        if e.get("event") == "transition.fired" and e.get("run_id") == report.run_id
-    ]
+    trail: list[dict[str, Any]] = []
+    own: list[Any] = []
+
+    def tapped() -> Iterator[Mapping[str, Any]]:
+        for event in events:
+            if not own:
+                own.append(event.get("run_id"))  # the file's own run: the first event's
+            if event.get("event") == "transition.fired" and event.get("run_id") == own[0]:
+                trail.append(
+                    {
+                        "source": event["source"],
+                        "trigger": event["trigger"],
+                        "dest": event["dest"],
+                        "via": event.get("via"),
+                    }
+                )
+            yield event
+
+    report = build(tapped())
     return render(report, drawing(trail), source=source, verification=verification)

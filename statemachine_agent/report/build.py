@@ -306,55 +306,142 @@ class Report:
         return sum(1 for i in self.iterations for t in i.tools if t.failed)
 
 
-def build(events: Sequence[Mapping[str, Any]], run_id: str | None = None) -> Report:
+def build(events: Iterable[Mapping[str, Any]], run_id: str | None = None) -> Report:
     """Gather a report from a run's events, in the order they were written.
 
     An audit file may hold sub-agent runs besides its own (their events carry a
     `parent_run_id`): the report is of `run_id`'s run (by default the file's first),
     and each sub-agent run it started is a report of its own, nested under the tool
     call that started it (`ToolRun.child`).
+
+    The events are taken one at a time (a stream is fine): each run's builder holds
+    only the events of the iteration it is gathering, so a report of a long run needs
+    memory for its iterations, not for its file.
     """
-    if not events:
+    builders: dict[str, _Builder] = {}
+    parents: dict[str, tuple[str, str]] = {}
+    """Each sub-agent run: its parent's run id and the tool call that started it."""
+    agents: dict[str, str] = {}
+    chosen = run_id
+    for event in events:
+        rid = _str(event.get("run_id"))
+        if chosen is None:
+            chosen = rid
+        parent = event.get("parent_run_id")
+        if parent is not None and _str(parent) != rid and rid not in parents:
+            parents[rid] = (_str(parent), _str(event.get("parent_tool_use_id")))
+        if event.get("event") == "subagent.started":
+            agents.setdefault(_str(event.get("child_run_id")), _str(event.get("agent")))
+        builder = builders.get(rid)
+        if builder is None:
+            builder = builders[rid] = _Builder()
+        builder.add(event)
+    if chosen is None:
         raise ReportError("the audit file holds no events")
-    everything = events
-    chosen = run_id if run_id is not None else _str(events[0].get("run_id"))
-    events = [e for e in everything if _str(e.get("run_id")) == chosen]
-    if not events:
+    if chosen not in builders:
         raise ReportError(f"the audit file holds no events of run {chosen!r}")
-    children = _children(everything, chosen)
-    started = _first(events, "run.started") or {}
-    ended = _last(events, "run.ended")
-    totals = _Totals()
-    segments: list[Iteration] = []
-    for number, segment in _segments(events):
-        after = _Totals.after(segment, totals)
-        segments.append(_iteration(number, segment, after, totals))
-        totals = after
-    if children:
-        segments = [_with_children(segment, children) for segment in segments]
-    preamble: Iteration | None = segments.pop(0)
-    if preamble is not None and not preamble.transitions and not preamble.notes:
-        preamble = None
-    transitions = tuple(_transition(e) for e in events if e.get("event") == "transition.fired")
-    outcome = _outcome(ended) if ended is not None else None
-    return Report(
-        run_id=_str(events[0].get("run_id")),
-        model=_str(started.get("model")) or None,
-        prompt=_prompt(started.get("messages")),
-        started_ts=_float(started["ts"]) if "ts" in started else None,
-        budget=_mapping(started.get("budget")),
-        preamble=preamble,
-        iterations=tuple(segments),
-        transitions=transitions,
-        outcome=outcome,
-        points=_points(transitions, outcome),
-        event_count=len(events),
-        summaries=_summaries(events),
-        calls=model_calls(events) + _subagent_calls(children.values()),
-        parent_run_id=_str(events[0].get("parent_run_id")) or None,
-        parent_tool_use_id=_str(events[0].get("parent_tool_use_id")) or None,
-        agent=_agent_name(everything, chosen),
-    )
+    return _assemble(chosen, builders, parents, agents)
+
+
+def _assemble(
+    run_id: str,
+    builders: Mapping[str, _Builder],
+    parents: Mapping[str, tuple[str, str]],
+    agents: Mapping[str, str],
+) -> Report:
+    """The report of `run_id`, with the reports of the sub-agent runs it started."""
+    children: dict[str, Report] = {}
+    for child, (parent, call) in parents.items():
+        if parent == run_id and child != run_id and call not in children:
+            children[call] = _assemble(child, builders, parents, agents)
+    return builders[run_id].report(children, agents.get(run_id) or None)
+
+
+class _Builder:
+    """The state of `build` for one run between two of its events."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.first: Mapping[str, Any] = {}
+        self.started: Mapping[str, Any] | None = None
+        self.ended: Mapping[str, Any] | None = None
+        self.totals = _Totals()
+        self.segments: list[Iteration] = []
+        self.segment: list[Mapping[str, Any]] = []
+        self.fallback = 0
+        """The number of the segment being gathered (0: before the first model call)."""
+        self.transitions: list[Transition] = []
+        self.summaries = _Summaries()
+        self.calls: Counter[str] = Counter()
+
+    def add(self, event: Mapping[str, Any]) -> None:
+        if not self.count:
+            self.first = {
+                k: event.get(k) for k in ("run_id", "parent_run_id", "parent_tool_use_id")
+            }
+        self.count += 1
+        name = event.get("event")
+        if name == "run.started" and self.started is None:
+            self.started = event
+        elif name == "run.ended":
+            self.ended = event
+        elif name == "transition.fired":
+            self.transitions.append(_transition(event))
+            if event.get("dest") == MODEL_STATE:
+                self._close()
+                self.fallback += 1
+        if name in MODEL_CALL_EVENTS:
+            self.calls[_str(event.get("purpose")) or "loop"] += 1
+        self.summaries.add(event)
+        self.segment.append(event)
+
+    def _close(self) -> None:
+        """Turn the events gathered since the last transition into `reason` into an iteration."""
+        segment, self.segment = self.segment, []
+        number = self.fallback
+        if self.fallback:
+            calls = (
+                _int(e.get("iteration"))
+                for e in segment
+                if e.get("event") in ("model.requested", "model.replied", "model.failed")
+                and e.get("purpose") is None
+                and "iteration" in e
+            )
+            number = next(calls, self.fallback)
+        after = _Totals.after(segment, self.totals)
+        self.segments.append(_iteration(number, segment, after, self.totals))
+        self.totals = after
+
+    def report(self, children: Mapping[str, Report], agent: str | None) -> Report:
+        self._close()
+        segments = self.segments
+        if children:
+            segments = [_with_children(segment, children) for segment in segments]
+        preamble: Iteration | None = segments.pop(0)
+        if preamble is not None and not preamble.transitions and not preamble.notes:
+            preamble = None
+        started = self.started or {}
+        transitions = tuple(self.transitions)
+        outcome = _outcome(self.ended) if self.ended is not None else None
+        first = self.first
+        return Report(
+            run_id=_str(first.get("run_id")),
+            model=_str(started.get("model")) or None,
+            prompt=_prompt(started.get("messages")),
+            started_ts=_float(started["ts"]) if "ts" in started else None,
+            budget=_mapping(started.get("budget")),
+            preamble=preamble,
+            iterations=tuple(segments),
+            transitions=transitions,
+            outcome=outcome,
+            points=_points(transitions, outcome),
+            event_count=self.count,
+            summaries=tuple(self.summaries.steps),
+            calls=self.calls + _subagent_calls(children.values()),
+            parent_run_id=_str(first.get("parent_run_id")) or None,
+            parent_tool_use_id=_str(first.get("parent_tool_use_id")) or None,
+            agent=agent,
+        )
 
 
 def _subagent_calls(children: Iterable[Report]) -> Counter[str]:
@@ -362,16 +449,6 @@ def _subagent_calls(children: Iterable[Report]) -> Counter[str]:
     the run's tokens and cost include theirs, so its count of calls does too."""
     total = sum(sum(child.calls.values()) for child in children)
     return Counter({SUBAGENT_CALLS: total}) if total else Counter()
-
-
-def _children(events: Sequence[Mapping[str, Any]], run_id: str) -> dict[str, Report]:
-    """The reports of the sub-agent runs `run_id` started, by the tool_use id of each."""
-    found: dict[str, str] = {}
-    for event in events:
-        child, parent = _str(event.get("run_id")), event.get("parent_run_id")
-        if parent is not None and _str(parent) == run_id and child != run_id:
-            found.setdefault(_str(event.get("parent_tool_use_id")), child)
-    return {call: build(events, child) for call, child in found.items()}
 
 
 def _with_children(segment: Iteration, children: Mapping[str, Report]) -> Iteration:
@@ -382,28 +459,22 @@ def _with_children(segment: Iteration, children: Mapping[str, Report]) -> Iterat
     return replace(segment, tools=tools)
 
 
-def _agent_name(events: Sequence[Mapping[str, Any]], run_id: str) -> str | None:
-    started = next(
-        (e for e in events if e.get("event") == "subagent.started"
-         and _str(e.get("child_run_id")) == run_id),
-        None,
-    )  # fmt: skip
-    return _str(started.get("agent")) or None if started is not None else None
-
-
-def _summaries(events: Sequence[Mapping[str, Any]]) -> tuple[SummaryStep, ...]:
+class _Summaries:
     """Each `context.summarized` event, with the summary call that preceded it."""
-    steps: list[SummaryStep] = []
-    model: str | None = None
-    call: ModelCall | None = None
-    for event in events:
+
+    def __init__(self) -> None:
+        self.steps: list[SummaryStep] = []
+        self.model: str | None = None
+        self.call: ModelCall | None = None
+
+    def add(self, event: Mapping[str, Any]) -> None:
         name = _str(event.get("event"))
         if event.get("purpose") == "summary" and name == "model.requested":
-            model = _str(event.get("model")) or None
+            self.model = _str(event.get("model")) or None
         elif event.get("purpose") == "summary" and name == "model.replied":
-            call = _model_call(event, model)
+            self.call = _model_call(event, self.model)
         elif name == "context.summarized":
-            steps.append(
+            self.steps.append(
                 SummaryStep(
                     after_iteration=_int(event.get("iteration")),
                     messages_replaced=_int(event.get("messages_replaced")),
@@ -411,38 +482,13 @@ def _summaries(events: Sequence[Mapping[str, Any]]) -> tuple[SummaryStep, ...]:
                     tokens_before=_int(event.get("tokens_before")),
                     tokens_after=_int(event.get("tokens_after")),
                     summary=_str(event.get("summary")),
-                    call=call,
+                    call=self.call,
                 )
             )
-            call = None
-    return tuple(steps)
+            self.call = None
 
 
 # -- segmenting ----------------------------------------------------------------------
-
-
-def _segments(events: Sequence[Mapping[str, Any]]) -> list[tuple[int, list[Mapping[str, Any]]]]:
-    """Split the events at each transition into the model-calling state.
-
-    The first segment (number 0) holds what happened before the first such
-    transition; each later one is numbered by the loop model call it makes.
-    """
-    segments: list[tuple[int, list[Mapping[str, Any]]]] = [(0, [])]
-    for event in events:
-        if event.get("event") == "transition.fired" and event.get("dest") == MODEL_STATE:
-            segments.append((segments[-1][0] + 1, []))
-        segments[-1][1].append(event)
-    numbered: list[tuple[int, list[Mapping[str, Any]]]] = [segments[0]]
-    for fallback, segment in segments[1:]:
-        calls = [
-            _int(e.get("iteration"))
-            for e in segment
-            if e.get("event") in ("model.requested", "model.replied", "model.failed")
-            and e.get("purpose") is None
-            and "iteration" in e
-        ]
-        numbered.append((calls[0] if calls else fallback, segment))
-    return numbered
 
 
 @dataclass(frozen=True)
@@ -662,14 +708,6 @@ def _prompt(messages: Any) -> str:
 
 
 # -- forgiving lookups ---------------------------------------------------------------
-
-
-def _first(events: Iterable[Mapping[str, Any]], name: str) -> Mapping[str, Any] | None:
-    return next((e for e in events if e.get("event") == name), None)
-
-
-def _last(events: Sequence[Mapping[str, Any]], name: str) -> Mapping[str, Any] | None:
-    return next((e for e in reversed(events) if e.get("event") == name), None)
 
 
 def _str(value: Any) -> str:
