@@ -9,14 +9,34 @@ the square of a run's length. Instead each checkpoint holds:
 - a JSON diff of everything else (counters, stall state, ...), in which lists
   that only grew or slid forward are stored as "drop k, append these".
 
+Nothing is stored twice where the fold can rebuild it (what keeps a run's payload
+within about twice its transcript):
+
+- a `tool_result` whose text is the text of a tool outcome already stored (the
+  outcomes of `act`, checkpointed before `observe` appends them to the history)
+  is stored as a reference to that outcome (`{"$outcome": i}`);
+- a diff sets a number, string, boolean or null as the bare value (`{"$set": v}`
+  only for objects and lists);
+- a trail record leaves out its counters (the state's at its checkpoint), its
+  `source` when it is the previous record's `dest`, its `seq` when it follows the
+  previous one, its `dest` when it is the body's `state_name` (the last record of
+  a body), an empty `via`, and its guards' names when an earlier record had
+  the same ones: `guards` is then `[k, bits]`, the k-th set of names seen in the
+  run and their verdicts as bits (names[i] is bit i);
+- the pending calls, when they are the tool_use blocks of the last assistant
+  message, are stored as a reference to it (`{"$calls": i}`, plus any
+  idempotency keys); a tool outcome leaves out its fields at their defaults, and
+  the call's id and name when they are the pending call's at the same place.
+
 Folding the checkpoints of a run in order gives back its full record.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, fields, is_dataclass
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from typing import Any
 
 from statemachine_agent.machine.run import RunError, RunRecord, checkpointing
@@ -44,12 +64,20 @@ def diff(old: Plain, new: Plain) -> Plain:
         for drop in range(len(old) + 1):
             kept = len(old) - drop
             if kept <= len(new) and old[drop:] == new[:kept]:
-                return {"$list": {"drop": drop, "append": new[kept:]}}
-    return {"$set": new}
+                if not new:
+                    return {"$set": []}
+                spec: dict[str, Plain] = {"drop": drop} if drop else {}
+                if new[kept:]:
+                    spec["append"] = new[kept:]
+                return {"$list": spec}
+    return {"$set": new} if isinstance(new, dict | list) else new
 
 
 def apply(old: Plain, op: Plain) -> Plain:
-    """Apply an operation made by `diff`."""
+    """Apply an operation made by `diff`: a value that is not an object is set as it is
+    (a number, a string, ...), an object is `$set`, `$dict` or `$list`."""
+    if not isinstance(op, dict):
+        return op
     if "$set" in op:
         return op["$set"]
     if "$dict" in op:
@@ -61,7 +89,7 @@ def apply(old: Plain, op: Plain) -> Plain:
         return out
     if "$list" in op:
         spec = op["$list"]
-        return list(old)[spec["drop"] :] + list(spec["append"])
+        return list(old)[spec.get("drop", 0) :] + list(spec.get("append", ()))
     raise ValueError(f"not a checkpoint operation: {op!r}")
 
 
@@ -74,12 +102,15 @@ class CheckpointWriter:
     saved_trail: int = 0
     last_state: dict[str, Plain] = field(default_factory=dict)
     frozen: dict[str, tuple[Any, Plain]] = field(default_factory=dict)
+    trail: TrailCodec = field(default_factory=lambda: TrailCodec())
 
     @classmethod
     def resumed(cls, record: RunRecord) -> CheckpointWriter:
         """A writer that continues after the record's last checkpoint."""
         writer = cls()
         writer.last_state = state_plain(record)
+        for step in record.trail:
+            writer.trail.saw(step.to_dict())
         writer.saved_trail = len(record.trail)
         writer.saved_messages = len(record.messages)
         if record.messages:
@@ -91,14 +122,19 @@ class CheckpointWriter:
         body: dict[str, Plain] = {"seq": record.seq, "state_name": record.state}
         messages = self._messages_delta(record)
         if messages is not None:
-            body["messages"] = messages
+            body["messages"] = _outcome_refs(messages, self.last_state.get("outcomes"))
         trail = record.trail[self.saved_trail :]
         if trail:
-            body["trail"] = [_compact(t.to_dict()) for t in trail]
+            body["trail"] = steps = [self.trail.encode(t.to_dict()) for t in trail]
+            if steps[-1].get("dest") == record.state:
+                del steps[-1]["dest"]  # the body's state_name
             self.saved_trail = len(record.trail)
         state = state_plain(record, self.frozen)
         if state != self.last_state:
-            body["state"] = diff(self.last_state, state)
+            body["state"] = op = diff(self.last_state, state)
+            changes = op.get("$dict") if isinstance(op, dict) else None
+            if isinstance(changes, dict) and "metadata" in changes:
+                changes["metadata"] = {"$set": state["metadata"]}  # whole: stores list by it
             self.last_state = state
         return body
 
@@ -154,7 +190,114 @@ def state_plain(
                 if messages[index].get("content") == content:
                     plain["last_reply"] = {**plain["last_reply"], "content": {_MESSAGE_REF: index}}
                 break
+    calls = plain.get("pending_calls")
+    if isinstance(calls, list) and calls:
+        plain["pending_calls"] = _calls_ref(calls, messages) or calls
+    outcomes = plain.get("outcomes")
+    if isinstance(outcomes, list) and outcomes:
+        plain["outcomes"] = _outcomes_plain(outcomes, calls if isinstance(calls, list) else [])
     return plain
+
+
+def _outcomes_plain(outcomes: list[Plain], calls: list[Plain]) -> list[Plain]:
+    """The outcomes without their fields at defaults, and without the call's id and
+    name when they are those of the pending call at the same place."""
+    stored: list[Plain] = []
+    for index, outcome in enumerate(outcomes):
+        kept = _without_defaults(outcome)
+        call = calls[index] if index < len(calls) else None
+        if (
+            isinstance(kept, dict)
+            and isinstance(call, dict)
+            and (kept.get("tool_use_id"), kept.get("name")) == (call.get("id"), call.get("name"))
+        ):
+            kept = {k: v for k, v in kept.items() if k not in ("tool_use_id", "name")}
+        stored.append(kept)
+    return stored
+
+
+def _outcomes_of(outcomes: list[Plain], calls: Plain) -> list[Plain]:
+    """The stored outcomes with their call's id and name back (`_outcomes_plain`)."""
+    pending = calls if isinstance(calls, list) else []
+    full: list[Plain] = []
+    for index, outcome in enumerate(outcomes):
+        if not isinstance(outcome, dict):
+            full.append(outcome)
+            continue
+        whole = {**copy.deepcopy(_OUTCOME_DEFAULTS), **outcome}
+        if "tool_use_id" not in outcome and index < len(pending):
+            call = pending[index]
+            whole = {"tool_use_id": call["id"], "name": call["name"], **whole}
+        full.append(whole)
+    return full
+
+
+def _outcome_defaults() -> dict[str, Plain]:
+    from statemachine_agent.tools.base import ToolOutcome
+
+    found: dict[str, Plain] = {}
+    for f in fields(ToolOutcome):
+        if f.default is not MISSING:
+            found[f.name] = to_plain(f.default)
+        elif f.default_factory is not MISSING:
+            found[f.name] = to_plain(f.default_factory())
+    return found
+
+
+_OUTCOME_DEFAULTS = _outcome_defaults()
+"""A tool outcome's fields at their defaults, left out of a stored outcome (the record's
+codec fills them back in)."""
+
+
+def _without_defaults(outcome: Plain) -> Plain:
+    if not isinstance(outcome, dict):
+        return outcome
+    return {
+        k: v
+        for k, v in outcome.items()
+        if k not in _OUTCOME_DEFAULTS or v != _OUTCOME_DEFAULTS[k] or k == "content"
+    }
+
+
+_CALLS_REF = "$calls"
+
+
+def _calls_ref(calls: list[Plain], messages: list[Any]) -> dict[str, Plain] | None:
+    """The pending calls as a reference to the assistant message whose tool_use blocks
+    they are (with their idempotency keys), when they are exactly those blocks."""
+    for index in range(len(messages) - 1, max(len(messages) - 3, -1), -1):
+        message = messages[index]
+        if message.get("role") != "assistant":
+            continue
+        content = message.get("content")
+        blocks = (
+            [b for b in content if b.get("type") == "tool_use"] if isinstance(content, list) else []
+        )
+        same = len(blocks) == len(calls) and all(
+            isinstance(c, dict)
+            and set(c) == {"id", "name", "input", "idempotency_key"}
+            and (c["id"], c["name"], c["input"]) == (b.get("id"), b.get("name"), b.get("input"))
+            for c, b in zip(calls, blocks, strict=True)
+        )
+        if not same:
+            return None
+        ref: dict[str, Plain] = {_CALLS_REF: index}
+        keys = [c["idempotency_key"] for c in calls]
+        if any(keys):
+            ref["keys"] = keys
+        return ref
+    return None
+
+
+def _calls_of(ref: Mapping[str, Plain], messages: list[Plain]) -> list[Plain]:
+    """The pending calls a `_calls_ref` stands for."""
+    content = messages[ref[_CALLS_REF]]["content"]
+    blocks = [b for b in content if b.get("type") == "tool_use"]
+    keys = ref.get("keys") or [""] * len(blocks)
+    return [
+        {"id": b["id"], "name": b["name"], "input": b["input"], "idempotency_key": key}
+        for b, key in zip(blocks, keys, strict=True)
+    ]
 
 
 def _fields_plain(obj: Any, prefix: str, cache: dict[str, tuple[Any, Plain]]) -> dict[str, Plain]:
@@ -182,8 +325,132 @@ _DERIVED = ("iteration", "turn", "elapsed_s", "usage_total", "cost_usd")
 """Trail record fields equal to the record's counters at its checkpoint; not stored twice."""
 
 
-def _compact(step: Mapping[str, Plain]) -> dict[str, Plain]:
-    return {k: v for k, v in step.items() if k not in _DERIVED}
+_OUTCOME_REF = "$outcome"
+
+
+def _outcome_refs(part: dict[str, Plain], outcomes: Plain) -> dict[str, Plain]:
+    """The messages delta with each tool_result text that an outcome already stored
+    holds replaced by a reference to that outcome (the text is all the fold takes)."""
+    if not isinstance(outcomes, list) or not outcomes:
+        return part
+    known = {
+        o["content"]: i
+        for i, o in enumerate(outcomes)
+        if isinstance(o, dict) and isinstance(o.get("content"), str)
+    }
+    items: list[Plain] = []
+    for message in part["items"]:
+        content = message.get("content") if isinstance(message, dict) else None
+        if message.get("role") != "user" or not isinstance(content, list):
+            items.append(message)
+            continue
+        blocks: list[Plain] = []
+        for block in content:
+            index = None
+            if isinstance(block, dict) and block.get("type") == "tool_result":
+                text = block.get("content")
+                index = known.get(text) if isinstance(text, str) else None
+            blocks.append(block if index is None else {**block, "content": {_OUTCOME_REF: index}})
+        items.append({**message, "content": blocks})
+    return {**part, "items": items}
+
+
+def _outcome_texts(part: Mapping[str, Plain], outcomes: Plain) -> list[Plain]:
+    """The messages of a stored delta with its outcome references resolved (`_outcome_refs`)."""
+    items: list[Plain] = []
+    for message in part["items"]:
+        content = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(content, list) or not any(_is_ref(b) for b in content):
+            items.append(message)
+            continue
+        blocks = [
+            {**b, "content": outcomes[b["content"][_OUTCOME_REF]]["content"]} if _is_ref(b) else b
+            for b in content
+        ]
+        items.append({**message, "content": blocks})
+    return items
+
+
+def _is_ref(block: Plain) -> bool:
+    return (
+        isinstance(block, dict)
+        and isinstance(block.get("content"), dict)
+        and _OUTCOME_REF in block["content"]
+    )
+
+
+class TrailCodec:
+    """Writes (and reads back) trail records without what the fold can rebuild.
+
+    Both sides keep the same table: every set of guard names in the order the run
+    first fired it, and the record before, so a stored record can refer to them.
+    """
+
+    def __init__(self) -> None:
+        self.names: list[tuple[str, ...]] = []
+        self._index: dict[tuple[str, ...], int] = {}
+        self.previous: Mapping[str, Plain] | None = None
+
+    def saw(self, step: Mapping[str, Plain]) -> None:
+        """Take a full record (one written, read, or of a resumed record) into the table."""
+        guards = step.get("guards")
+        if isinstance(guards, dict):
+            names = tuple(guards)
+            if names not in self._index:
+                self._index[names] = len(self.names)
+                self.names.append(names)
+        self.previous = step
+
+    def encode(self, step: Mapping[str, Plain]) -> dict[str, Plain]:
+        """The stored form of a full trail record."""
+        out = {k: v for k, v in step.items() if k not in _DERIVED}
+        previous = self.previous
+        if previous is not None and out.get("source") == previous.get("dest"):
+            del out["source"]
+        if previous is not None and out.get("seq") == _next_seq(previous):
+            del out["seq"]
+        if out.get("via") == []:
+            del out["via"]
+        guards = step.get("guards")
+        if isinstance(guards, dict) and all(isinstance(v, bool) for v in guards.values()):
+            index = self._index.get(tuple(guards))
+            if index is not None:
+                bits = sum(1 << i for i, verdict in enumerate(guards.values()) if verdict)
+                out["guards"] = [index, bits]
+        self.saw(step)
+        return out
+
+    def decode(self, stored: Mapping[str, Plain], state: Mapping[str, Plain]) -> dict[str, Plain]:
+        """The full trail record of a stored one, with the counters of `state`."""
+        step = dict(stored)
+        previous = self.previous
+        if "source" not in step and previous is not None:
+            step["source"] = previous.get("dest")
+        if "seq" not in step and previous is not None:
+            step["seq"] = _next_seq(previous)
+        step.setdefault("via", [])
+        guards = step.get("guards")
+        if isinstance(guards, list):
+            index, bits = guards
+            names = self.names[index]
+            step["guards"] = {name: bool(bits >> i & 1) for i, name in enumerate(names)}
+        full = _expand(_ordered(step), state)
+        self.saw(full)
+        return full
+
+
+_TRAIL_ORDER = ("seq", "source", "trigger", "dest", "row", "guards", "via")
+
+
+def _ordered(step: Mapping[str, Plain]) -> dict[str, Plain]:
+    """A record's keys in the order `TransitionRecord.to_dict` gives them."""
+    first = {k: step[k] for k in _TRAIL_ORDER if k in step}
+    return {**first, **{k: v for k, v in step.items() if k not in first}}
+
+
+def _next_seq(step: Mapping[str, Plain]) -> Plain:
+    seq = step.get("seq")
+    return seq + 1 if isinstance(seq, int) and not isinstance(seq, bool) else None
 
 
 def _expand(step: Mapping[str, Plain], state: Mapping[str, Plain]) -> dict[str, Plain]:
@@ -203,22 +470,32 @@ def fold(bodies: Iterable[Mapping[str, Plain]]) -> dict[str, Plain] | None:
     state: dict[str, Plain] = {}
     messages: list[Plain] = []
     trail: list[Plain] = []
+    codec = TrailCodec()
     seen = False
     for body in bodies:
         seen = True
         if "messages" in body:
             part = body["messages"]
-            messages = messages[: part["from"]] + list(part["items"])
+            messages = messages[: part["from"]] + _outcome_texts(part, state.get("outcomes"))
         if "state" in body:
             state = apply(state, body["state"])
         state = {**state, "seq": body["seq"], "state": body["state_name"]}
-        trail.extend(_expand(step, state) for step in body.get("trail", ()))
+        steps = list(body.get("trail", ()))
+        if steps and "dest" not in steps[-1]:
+            steps[-1] = {**steps[-1], "dest": body["state_name"]}
+        trail.extend(codec.decode(step, state) for step in steps)
     if not seen:
         return None
     reply = state.get("last_reply")
     if isinstance(reply, dict) and isinstance(reply.get("content"), dict):
         index = reply["content"][_MESSAGE_REF]
         state = {**state, "last_reply": {**reply, "content": messages[index]["content"]}}
+    calls = state.get("pending_calls")
+    if isinstance(calls, dict) and _CALLS_REF in calls:
+        state = {**state, "pending_calls": _calls_of(calls, messages)}
+    outcomes = state.get("outcomes")
+    if isinstance(outcomes, list) and outcomes:
+        state = {**state, "outcomes": _outcomes_of(outcomes, state.get("pending_calls"))}
     return {**state, "messages": messages, "trail": trail}
 
 
@@ -251,9 +528,19 @@ def counters(body: Mapping[str, Plain]) -> tuple[int | None, float | None]:
     found: list[Plain] = []
     for key in ("iteration", "cost_usd"):
         op = ops.get(key)
-        found.append(op["$set"] if isinstance(op, dict) and "$set" in op else None)
+        found.append(op["$set"] if isinstance(op, dict) and "$set" in op else op)
     iteration, cost = found
     return (
         iteration if isinstance(iteration, int) else None,
         float(cost) if isinstance(cost, int | float) else None,
     )
+
+
+def stamped_metadata(body: Mapping[str, Plain]) -> dict[str, Plain] | None:
+    """The host's `metadata=` a checkpoint body sets (the run's first, or a resume that
+    merged new metadata), if it sets it: lets a store list runs by it without folding."""
+    state = body.get("state")
+    ops = state.get("$dict") if isinstance(state, dict) else None
+    op = ops.get("metadata") if isinstance(ops, dict) else None
+    value = op.get("$set") if isinstance(op, dict) else None
+    return value if isinstance(value, dict) else None
