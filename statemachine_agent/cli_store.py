@@ -46,13 +46,24 @@ def open_store(args: argparse.Namespace) -> Any:
         raise
 
 
+def metadata_pair(text: str) -> tuple[str, str]:
+    """`key=value` for `--metadata` (the value may itself hold `=`)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"{text!r} is not key=value")
+    return key.strip(), value
+
+
 def cmd_runs(args: argparse.Namespace) -> int:
-    """List the runs of a store: id, state, model calls, cost, last update, driver."""
+    """List the runs of a store: id, state, model calls, cost, last update, metadata, driver."""
+    import json
+
     from statemachine_agent.persistence.base import stamp
 
+    wanted = dict(args.metadata or [])
     store = open_store(args)
     try:
-        runs = store.runs()
+        runs = store.runs(metadata=wanted) if wanted else store.runs()
     finally:
         store.close()
     if not runs:
@@ -62,9 +73,11 @@ def cmd_runs(args: argparse.Namespace) -> int:
     print(f"{'RUN':<{width}}  {'STATE':<17} {'ITER':>5} {'COST USD':>10}  LAST UPDATE")
     for r in runs:
         driver = f"  driven by {r.lease_owner}" if r.lease_owner else ""
+        meta = r.metadata
+        shown = f"  {json.dumps(meta, ensure_ascii=False, sort_keys=True)}" if meta else ""
         print(
             f"{r.run_id:<{width}}  {r.state:<17} {r.iterations:>5} {r.cost_usd:>10.4f}  "
-            f"{stamp(r.updated_at)}{driver}"
+            f"{stamp(r.updated_at)}{shown}{driver}"
         )
     return 0
 
@@ -86,6 +99,13 @@ def add_commands(sub: Any) -> None:
     store.add_argument("--store", required=True, metavar="PATH|URL", help="SQLite file or URL")
     add_key_option(store)
     runs = sub.add_parser("runs", parents=[store], help="list the runs in a checkpoint store")
+    runs.add_argument(
+        "--metadata",
+        action="append",
+        type=metadata_pair,
+        metavar="KEY=VALUE",
+        help="only runs whose metadata has KEY=VALUE (repeatable: all must match)",
+    )
     runs.set_defaults(func=cmd_runs)
     prune = sub.add_parser("prune", parents=[store], help="delete old runs from a store")
     prune.add_argument("--older-than", type=duration, required=True, metavar="AGE",

@@ -3,15 +3,25 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from statemachine_agent import Agent, Budget, ScriptedModel, SQLiteCheckpointer, calculate
+from statemachine_agent import (
+    Agent,
+    Budget,
+    PostgresCheckpointer,
+    ScriptedModel,
+    SQLiteCheckpointer,
+    calculate,
+)
 from statemachine_agent.cli import main
 from statemachine_agent.persistence import MemoryCheckpointer, load_record
 from statemachine_agent.testing import replies
+from statemachine_agent.testing.postgres import LocalPostgres
 
 
 def counting_run(store: object, run_id: str, steps: int) -> None:
@@ -106,3 +116,139 @@ def exit_code(argv: list[str]) -> int:
         return main(argv)
     except SystemExit as exc:
         return int(exc.code or 0)
+
+
+@pytest.fixture(scope="module")
+def postgres() -> Iterator[LocalPostgres]:
+    with LocalPostgres() as server:
+        yield server
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh SQLite file, or a real PostgreSQL server's database emptied of runs."""
+    if request.param == "sqlite":
+        return str(tmp_path / "runs.sqlite3")
+    server: LocalPostgres = request.getfixturevalue("postgres")
+    with PostgresCheckpointer(server.dsn) as store:
+        store.prune(older_than=-1.0)
+    return server.dsn
+
+
+def open_target(target: str, **options: object) -> Any:
+    if target.startswith("postgresql://"):
+        return PostgresCheckpointer(target, **options)  # type: ignore[arg-type]
+    return SQLiteCheckpointer(target, **options)  # type: ignore[arg-type]
+
+
+def stamped_run(store: object, run_id: str, metadata: dict[str, Any]) -> None:
+    Agent(
+        ScriptedModel([replies.text("done")]),
+        checkpointer=store,  # type: ignore[arg-type]
+    ).run("hello", run_id=run_id, metadata=metadata)
+
+
+class TestRunsByMetadata:
+    def test_runs_lists_and_filters_by_metadata(
+        self, store_target: str, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """`runs` lists id, state, model calls, cost, last update and metadata on both
+        stores; each `--metadata key=value` narrows the list (all must match)."""
+        with open_target(store_target) as store:
+            stamped_run(store, "acme_1", {"tenant": "acme", "user": 42})
+            stamped_run(store, "acme_2", {"tenant": "acme", "user": 7})
+            stamped_run(store, "globex_1", {"tenant": "globex", "user": 42})
+            assert [r.run_id for r in store.runs(metadata={"tenant": "acme"})] == [
+                "acme_1",
+                "acme_2",
+            ]
+            assert store.runs(metadata={"user": 42})[1].metadata == {
+                "tenant": "globex",
+                "user": 42,
+            }
+        assert main(["runs", "--store", store_target]) == 0
+        out = capsys.readouterr().out.splitlines()
+        assert out[0].split() == ["RUN", "STATE", "ITER", "COST", "USD", "LAST", "UPDATE"]
+        assert [line.split()[:3] for line in out[1:]] == [
+            ["acme_1", "completed", "1"],
+            ["acme_2", "completed", "1"],
+            ["globex_1", "completed", "1"],
+        ]
+        assert out[1].endswith('{"tenant": "acme", "user": 42}')
+        argv = [
+            "runs",
+            "--store",
+            store_target,
+            "--metadata",
+            "tenant=acme",
+            "--metadata",
+            "user=42",
+        ]
+        assert main(argv) == 0
+        listed = capsys.readouterr().out.splitlines()[1:]
+        assert [line.split()[0] for line in listed] == ["acme_1"]
+        assert main(["runs", "--store", store_target, "--metadata", "tenant=initech"]) == 0
+        assert capsys.readouterr().out == "(no runs)\n"
+
+    def test_a_resume_with_new_metadata_is_what_is_searched(self, store_target: str) -> None:
+        """Metadata merged by a resume is stamped again, so the listing follows it."""
+        with open_target(store_target) as store:
+            agent = Agent(ScriptedModel([replies.text("a"), replies.text("b")]), checkpointer=store)
+            agent.run("hello", run_id="r", metadata={"tenant": "acme"}, cancel=_cancelled())
+            agent.resume("r", metadata={"ticket": "T-1"})
+            (listed,) = store.runs(metadata={"ticket": "T-1"})
+            assert listed.metadata == {"tenant": "acme", "ticket": "T-1"}
+
+    def test_encrypted_metadata_is_sealed_and_searchable_with_the_key(
+        self, store_target: str
+    ) -> None:
+        """With an encryption key the metadata is sealed in the store, and searched after
+        it is opened; without the key, searching is refused by name."""
+        from statemachine_agent import CheckpointCorruptError, generate_key
+
+        key = generate_key()
+        with open_target(store_target, encryption_key=key) as store:
+            stamped_run(store, "sealed", {"tenant": "Zyxwvut-acme"})
+            assert [r.run_id for r in store.runs(metadata={"tenant": "Zyxwvut-acme"})] == ["sealed"]
+        if not store_target.startswith("postgresql://"):
+            assert b"Zyxwvut" not in Path(store_target).read_bytes()
+        with (
+            open_target(store_target) as store,
+            pytest.raises(CheckpointCorruptError, match="metadata"),
+        ):
+            store.runs(metadata={"tenant": "Zyxwvut-acme"})
+
+
+def _cancelled() -> Any:
+    from statemachine_agent import CancelToken
+
+    token = CancelToken()
+    token.cancel()
+    return token
+
+
+class TestSchemaUpgrade:
+    def test_a_schema_2_store_gains_the_metadata_column(self, tmp_path: Path) -> None:
+        """A store written before metadata was listed opens, is upgraded in place, keeps
+        its runs (metadata unknown), and lists new runs by metadata."""
+        import sqlite3
+
+        from statemachine_agent.persistence.sql import SCHEMA_VERSION
+
+        db = tmp_path / "runs.sqlite3"
+        with SQLiteCheckpointer(db) as store:
+            counting_run(store, "before", 1)
+        con = sqlite3.connect(db, isolation_level=None)
+        con.execute("ALTER TABLE sma_runs DROP COLUMN metadata")
+        con.execute("UPDATE sma_meta SET value = '2' WHERE key = 'schema_version'")
+        con.close()
+        with SQLiteCheckpointer(db) as store:
+            stamped_run(store, "after", {"tenant": "acme"})
+            assert {r.run_id: r.metadata for r in store.runs()} == {
+                "before": None,
+                "after": {"tenant": "acme"},
+            }
+            assert load_record(store, "before").state == "completed"
+        con = sqlite3.connect(db)
+        assert con.execute("SELECT value FROM sma_meta").fetchone() == (str(SCHEMA_VERSION),)
+        con.close()

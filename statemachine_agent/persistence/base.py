@@ -19,7 +19,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from statemachine_agent.machine.run import RunRecord
 from statemachine_agent.persistence.codec import SerializationError, record_from_plain
-from statemachine_agent.persistence.delta import counters, fold
+from statemachine_agent.persistence.delta import counters, fold, stamped_metadata
 from statemachine_agent.persistence.lease import Holder, Lease, LeaseBook
 from statemachine_agent.unicode import repair_text
 
@@ -41,6 +41,27 @@ class RunSummary:
     """Unix time of the run's last checkpoint."""
     lease_owner: str | None = None
     """Who is driving the run now (a live lease), if anyone."""
+    metadata: Mapping[str, Any] | None = None
+    """The host's `metadata=` of the run (`agent.run(metadata=...)`), as last stamped;
+    None when the store does not know it (a run stored before schema 4)."""
+
+
+def metadata_matches(metadata: Mapping[str, Any] | None, wanted: Mapping[str, Any]) -> bool:
+    """Whether a run's metadata has every key of `wanted` with that value. A value given
+    as text also matches the same value stored as JSON (`user=42` matches 42)."""
+    if not wanted:
+        return True
+    if metadata is None:
+        return False
+    for key, value in wanted.items():
+        if key not in metadata:
+            return False
+        stored = metadata[key]
+        if stored != value and not (
+            isinstance(value, str) and json.dumps(stored, ensure_ascii=False) == value
+        ):
+            return False
+    return True
 
 
 class RunNotFoundError(KeyError):
@@ -161,6 +182,7 @@ class MemoryCheckpointer:
             rows.append(text)
             old = self._summaries.get(run_id)
             iterations, cost = counters(body)
+            stamped = stamped_metadata(body)
             self._summaries[run_id] = RunSummary(
                 run_id,
                 str(body.get("state_name", "")),
@@ -169,18 +191,21 @@ class MemoryCheckpointer:
                 iterations if iterations is not None else (old.iterations if old else 0),
                 cost if cost is not None else (old.cost_usd if old else 0.0),
                 time.time(),
+                metadata=stamped if stamped is not None else (old.metadata if old else {}),
             )
 
     def bodies(self, run_id: str) -> list[Mapping[str, Any]]:
         with self._lock:
             return [json.loads(text) for text in self._runs.get(run_id, [])]
 
-    def runs(self) -> list[RunSummary]:
+    def runs(self, *, metadata: Mapping[str, Any] | None = None) -> list[RunSummary]:
+        """The stored runs; with `metadata`, only those whose metadata has those values."""
         with self._lock:
             now = time.time()
             return [
                 _with_owner(summary, self._holders.get(run_id), now)
                 for run_id, summary in self._summaries.items()
+                if metadata_matches(summary.metadata, metadata or {})
             ]
 
     def acquire(self, run_id: str) -> Lease:

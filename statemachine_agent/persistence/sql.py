@@ -30,6 +30,7 @@ from statemachine_agent.persistence.base import (
     CheckpointCorruptError,
     RunSummary,
     encode,
+    metadata_matches,
     seconds,
 )
 from statemachine_agent.persistence.crypto import (
@@ -39,11 +40,21 @@ from statemachine_agent.persistence.crypto import (
     cipher_for,
     open_payload,
 )
-from statemachine_agent.persistence.delta import counters
+from statemachine_agent.persistence.delta import counters, stamped_metadata
 from statemachine_agent.persistence.lease import Holder, Lease, LeaseBook
 
-SCHEMA_VERSION = 2
-"""The layout this version writes; stores at a lower version are migrated on open."""
+SCHEMA_VERSION = 4
+"""The layout this version writes; stores at a lower version are migrated on open.
+
+2: numbered, chained rows and the `sma_runs` table. 3: rows store the compact
+delta (`delta.py`: outcome and call references, compact trail records); rows of
+2 still fold. 4: `sma_runs.metadata`, the host's `metadata=` of each run."""
+
+UPGRADES: Mapping[int, Sequence[str]] = {
+    3: (),
+    4: ("ALTER TABLE sma_runs ADD COLUMN metadata TEXT",),
+}
+"""The statements that bring a store of the version before up to each version."""
 
 DDL = """
 CREATE TABLE IF NOT EXISTS sma_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -58,7 +69,8 @@ CREATE TABLE IF NOT EXISTS sma_runs (
     created_at {real} NOT NULL,
     updated_at {real} NOT NULL,
     lease_owner TEXT,
-    lease_expires {real}
+    lease_expires {real},
+    metadata TEXT
 );
 CREATE TABLE IF NOT EXISTS sma_checkpoints (
     run_id TEXT NOT NULL,
@@ -122,11 +134,12 @@ class SQLCheckpointer:
             f"VALUES ({m}, {m}, {m}, {m}, {m})",
             "advance": f"UPDATE sma_runs SET state = {m}, checkpoints = {m}, digest = {m}, "
             f"bytes = bytes + {m}, iterations = COALESCE({m}, iterations), "
-            f"cost_usd = COALESCE({m}, cost_usd), updated_at = {m} WHERE run_id = {m}",
+            f"cost_usd = COALESCE({m}, cost_usd), updated_at = {m}, "
+            f"metadata = COALESCE({m}, metadata) WHERE run_id = {m}",
             "rows": f"SELECT seq, version, body, digest FROM sma_checkpoints WHERE run_id = {m} "
             "ORDER BY seq",
             "list": "SELECT run_id, state, checkpoints, bytes, iterations, cost_usd, updated_at, "
-            "lease_owner, lease_expires FROM sma_runs WHERE checkpoints > 0 "
+            "lease_owner, lease_expires, metadata FROM sma_runs WHERE checkpoints > 0 "
             "ORDER BY created_at, run_id",
             "take": f"UPDATE sma_runs SET lease_owner = {m}, lease_expires = {m} "
             f"WHERE run_id = {m}",
@@ -174,6 +187,11 @@ class SQLCheckpointer:
                     f"written by a newer version of statemachine-agent (schema {version}; "
                     f"this one reads up to {SCHEMA_VERSION}): upgrade statemachine-agent"
                 )
+            if version < SCHEMA_VERSION:
+                for step in range(max(version, 2) + 1, SCHEMA_VERSION + 1):
+                    for statement in UPGRADES.get(step, ()):
+                        self._execute(statement, ())
+                self._execute(self._q["set_version"], (str(SCHEMA_VERSION),))
 
     def _migrate_v1(self) -> None:
         """Schema 1 had one table without numbering or digests: rewrite its rows into 2."""
@@ -208,8 +226,26 @@ class SQLCheckpointer:
         self._execute(self._q["insert"], (run_id, seq, SCHEMA_VERSION, stored, chained))
         iterations, cost = counters(body)
         state = str(body.get("state_name", ""))
-        row = (state, seq, chained, len(stored), iterations, cost, now, run_id)
+        stamped = stamped_metadata(body)
+        meta = None if stamped is None else self._seal_metadata(run_id, stamped)
+        row = (state, seq, chained, len(stored), iterations, cost, now, meta, run_id)
         self._execute(self._q["advance"], row)
+
+    def _seal_metadata(self, run_id: str, metadata: Mapping[str, Any]) -> str:
+        """The run's metadata as stored in its `sma_runs` row: JSON, sealed when encrypted."""
+        text = encode(metadata)
+        return self._cipher.seal(text, _metadata_context(run_id)) if self._cipher else text
+
+    def _open_metadata(self, run_id: str, stored: str | None) -> Mapping[str, Any] | None:
+        if stored is None:
+            return None
+        try:
+            value = json.loads(open_payload(self._cipher, stored, _metadata_context(run_id)))
+        except KeyMismatchError as exc:
+            raise self._corrupt(f"its metadata: {exc}", run_id=run_id) from None
+        except ValueError as exc:
+            raise self._corrupt(f"its metadata is not JSON ({exc})", run_id=run_id) from None
+        return value if isinstance(value, dict) else None
 
     # -- reading ------------------------------------------------------------------
 
@@ -279,11 +315,15 @@ class SQLCheckpointer:
             raise self._corrupt("not a checkpoint body", run_id=run_id, seq=seq)
         return body
 
-    def runs(self) -> list[RunSummary]:
+    def runs(self, *, metadata: Mapping[str, Any] | None = None) -> list[RunSummary]:
+        """The stored runs; with `metadata`, only those whose metadata has those values.
+
+        An encrypted store's metadata is sealed too: listing it needs the key (a run
+        whose metadata cannot be opened is a `CheckpointCorruptError` naming it)."""
         with self._lock, self._reading(None):
             rows = self._execute(self._q["list"], ()).fetchall()
         now = time.time()
-        return [
+        found = [
             RunSummary(
                 run_id=r[0],
                 state=r[1],
@@ -293,9 +333,11 @@ class SQLCheckpointer:
                 cost_usd=float(r[5]),
                 updated_at=float(r[6]),
                 lease_owner=r[7] if LeaseBook.live(_holder(r[7], r[8]), now) else None,
+                metadata=self._open_metadata(r[0], r[9]),
             )
             for r in rows
         ]
+        return [s for s in found if metadata_matches(s.metadata, metadata or {})]
 
     # -- leases -------------------------------------------------------------------
 
@@ -389,6 +431,10 @@ def _holder(owner: str | None, expires: float | None) -> Holder | None:
 
 def _context(run_id: str, seq: int) -> bytes:
     return f"{run_id}\0{seq}".encode()
+
+
+def _metadata_context(run_id: str) -> bytes:
+    return f"{run_id}\0metadata".encode()
 
 
 def _transient(exc: Exception) -> bool:
