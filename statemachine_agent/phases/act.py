@@ -164,7 +164,9 @@ class Act:
             return call
         answer: PolicyAnswer
         if call.id in run.approval.decisions:
-            answer = decision_from_plain(run.approval.decisions.pop(call.id))
+            # Kept until the call's outcome is recorded (`_record`): a process that dies
+            # while the approved call runs leaves the decision in the store for the resume.
+            answer = decision_from_plain(run.approval.decisions[call.id])
             source = "resume"
         elif deps.approval is not None:
             try:
@@ -272,4 +274,5 @@ class Act:
         if outcome.error_kind not in ("limit", "denied"):
             run.calls_per_tool[call.name] = run.calls_per_tool.get(call.name, 0) + 1
         run.outcomes.append(dataclasses.replace(outcome, data=None))
+        run.approval.decisions.pop(call.id, None)  # answered: stored with its outcome
         ctx.checkpoint()
