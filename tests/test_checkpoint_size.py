@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from statemachine_agent import Agent, Budget, ScriptedModel, SQLiteCheckpointer, tool
+import pytest
+
+from statemachine_agent import (
+    Agent,
+    Budget,
+    PostgresCheckpointer,
+    ScriptedModel,
+    SQLiteCheckpointer,
+    tool,
+)
 from statemachine_agent.persistence import load_record
 from statemachine_agent.testing import replies
+from statemachine_agent.testing.postgres import LocalPostgres
 
 STEPS = 200
 RESULT_CHARS = 1024
@@ -21,10 +32,17 @@ def lookup(n: int) -> str:
     return text + " " + "lorem ipsum " * ((RESULT_CHARS - len(text)) // 12)
 
 
-def long_run(path: Path) -> tuple[Any, SQLiteCheckpointer]:
-    """200 tool calls with 1 KiB results, then an answer, checkpointed to SQLite."""
+@pytest.fixture(scope="module")
+def postgres() -> Iterator[LocalPostgres]:
+    with LocalPostgres() as server:
+        yield server
+
+
+def long_run(path: Path | str) -> tuple[Any, Any]:
+    """200 tool calls with 1 KiB results, then an answer, checkpointed to SQLite (a path)
+    or PostgreSQL (a URL)."""
     script = [replies.tool_use("lookup", {"n": n}) for n in range(STEPS)]
-    store = SQLiteCheckpointer(path)
+    store: Any = PostgresCheckpointer(path) if isinstance(path, str) else SQLiteCheckpointer(path)
     agent = Agent(
         ScriptedModel([*script, replies.text("done")]),
         tools=[lookup],
@@ -42,10 +60,16 @@ def transcript_bytes(messages: list[Any]) -> int:
 
 
 class TestCheckpointSize:
-    def test_payload_at_200_steps_is_at_most_twice_the_transcript(self, tmp_path: Path) -> None:
+    @pytest.mark.parametrize("where", ["sqlite", "postgres"])
+    def test_payload_at_200_steps_is_at_most_twice_the_transcript(
+        self, tmp_path: Path, where: str, request: pytest.FixtureRequest
+    ) -> None:
         """What the store keeps for the run (every checkpoint body) is at most 2x the
         final transcript, and it still folds back to the whole record."""
-        result, store = long_run(tmp_path / "runs.sqlite3")
+        target: Path | str = tmp_path / "runs.sqlite3"
+        if where == "postgres":
+            target = request.getfixturevalue("postgres").dsn
+        result, store = long_run(target)
         (summary,) = store.runs()
         transcript = transcript_bytes(result.messages)
         assert summary.checkpoints > 4 * STEPS

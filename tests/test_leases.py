@@ -182,6 +182,25 @@ class TestLeaseRules:
         first.close()
         second.close()
 
+    def test_a_streamed_run_with_an_id_is_leased_too(self, tmp_path: Path) -> None:
+        """`stream(run_id=...)` takes the run's lease like `run`: refused while another
+        store object holds it, driven (and released) once it is free."""
+        from statemachine_agent import ScriptedModel
+        from statemachine_agent.testing import replies
+
+        holder = SQLiteCheckpointer(tmp_path / "db")
+        store = SQLiteCheckpointer(tmp_path / "db")
+        lease = holder.acquire("s")
+        agent = Agent(ScriptedModel([replies.text("hi")]), checkpointer=store)
+        with pytest.raises(RunLockedError):
+            list(agent.stream("hello", run_id="s"))
+        holder.release(lease)
+        events = list(agent.stream("hello", run_id="s"))
+        assert type(events[-1]).__name__ == "RunEnded"
+        assert holder.acquire("s").taken_over_from is None  # released at the end
+        holder.close()
+        store.close()
+
     def test_the_same_run_twice_in_one_process_is_refused(self) -> None:
         """Two drives of one run id through one store object: the second is refused."""
         store = MemoryCheckpointer()
