@@ -633,13 +633,16 @@ class Agent:
         try:
             extra = _metadata(metadata)
             record = load_record(self.checkpointer, run_id)
-            check_tools(record, self.tools.names)
+            services = self._deps_for(output_type)
+            if services.tools.toolsets:
+                await services.tools.refresh()  # a toolset's tools count (its failures: drive's)
+            check_tools(record, services.tools.names)
             writer = CheckpointWriter.resumed(record)  # before the record is set up to go on,
             prepare_resume(record, decisions or {})  # so that setup is checkpointed too
             if extra:
                 record.metadata = {**record.metadata, **extra}
             return await self._drive(record, cancel=cancel, writer=writer, lease=lease,
-                                     deps=self._deps_for(output_type), host_deps=deps)  # fmt: skip
+                                     deps=services, host_deps=deps)  # fmt: skip
         finally:
             self._release(lease)
 
