@@ -751,7 +751,7 @@ class TestCrash:
                 f"""
                 import json, os, sys
                 from pathlib import Path
-                from statemachine_agent import Agent, ScriptedModel, tool
+                from statemachine_agent import Agent, ScriptedModel, SQLiteCheckpointer, tool
                 from statemachine_agent.testing import replies
 
                 FLAG = Path({str(tmp_path / "crashed")!r})
@@ -772,13 +772,14 @@ class TestCrash:
                     child_replies = [replies.text("child done")]
                     parent_replies = [replies.text("parent done")]
                 child = Agent(ScriptedModel(child_replies), tools=[fragile], name="helper")
+                # A short lease: the dead process's lease on the run expires soon.
+                store = SQLiteCheckpointer({str(tmp_path / "runs.sqlite3")!r}, lease_seconds=1.0)
                 parent = Agent(ScriptedModel(parent_replies), tools=[child.as_tool()],
-                               checkpointer={str(tmp_path / "runs.sqlite3")!r},
-                               audit={str(tmp_path / "audit")!r})
+                               checkpointer=store, audit={str(tmp_path / "audit")!r})
                 if step == "start":
                     parent.run("go", run_id="run_crashy")
                 else:
-                    result = parent.resume("run_crashy")
+                    result = parent.resume("run_crashy", wait=30)
                     print(json.dumps({{"end_state": result.end_state, "text": result.text}}))
                 """
             ),
@@ -819,7 +820,7 @@ class TestCrash:
             textwrap.dedent(
                 f"""
                 import json, os, sys
-                from statemachine_agent import Agent, Audit, ScriptedModel
+                from statemachine_agent import Agent, Audit, ScriptedModel, SQLiteCheckpointer
                 from statemachine_agent.testing import replies
 
                 class DieOnChildEnd:
@@ -837,13 +838,14 @@ class TestCrash:
                 )
                 sinks = [DieOnChildEnd()] if step == "start" else []
                 child = Agent(ScriptedModel(child_replies), name="helper")
+                # A short lease: the dead process's lease on the run expires soon.
+                store = SQLiteCheckpointer({str(tmp_path / "runs.sqlite3")!r}, lease_seconds=1.0)
                 parent = Agent(ScriptedModel(parent_replies), tools=[child.as_tool()],
-                               checkpointer={str(tmp_path / "runs.sqlite3")!r},
-                               audit=Audit(sinks=sinks))
+                               checkpointer=store, audit=Audit(sinks=sinks))
                 if step == "start":
                     parent.run("go", run_id="run_crashy")
                 else:
-                    result = parent.resume("run_crashy")
+                    result = parent.resume("run_crashy", wait=30)
                     print(json.dumps({{"end_state": result.end_state, "text": result.text,
                                       "answers": [b["content"] for m in result.messages
                                                   if isinstance(m["content"], list)
