@@ -3,6 +3,8 @@
 One line a turn; `/exit` (or end of input) leaves. Ctrl-C during a turn
 cancels that turn only (the run ends in `cancelled`, its work kept in the
 history) and the prompt comes back; Ctrl-C at the prompt just gives a new one.
+A line sent while another process takes a turn of the same stored conversation
+is not sent, and said so; the prompt comes back.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import TextIO
 
 from statemachine_agent.conversation import Conversation
 from statemachine_agent.machine.engine import CancelToken
+from statemachine_agent.persistence.lease import RunLockedError
 
 PROMPT = "you> "
 
@@ -45,6 +48,9 @@ def repl(conversation: Conversation, read: Callable[[str], str], out: TextIO) ->
         previous = signal.signal(signal.SIGINT, _cancelling(token))
         try:
             result = conversation.send(line, cancel=token)
+        except RunLockedError as exc:  # a stored conversation another process is taking a turn of
+            print(f"[not sent: {exc}]", file=out, flush=True)
+            continue
         finally:
             signal.signal(signal.SIGINT, previous)
         if result.text:

@@ -12,10 +12,13 @@ checkpointer: SQLite, PostgreSQL, any `Checkpointer`), one entry a turn under
 the key `conversation:<id>`, so `Conversation.open(agent, id)` in another
 process carries on where it stopped. Each entry holds only what the turn
 changed in the history, so the log grows with the conversation, not its square.
+A turn holds the store's lease on that key while it runs (in a store that leases),
+so one turn runs at a time, whichever process takes it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -26,7 +29,8 @@ from statemachine_agent.blocking import run_blocking
 from statemachine_agent.machine.engine import CancelToken
 from statemachine_agent.machine.result import RunResult
 from statemachine_agent.models.base import JSON
-from statemachine_agent.persistence.base import Checkpointer
+from statemachine_agent.persistence.base import Checkpointer, LeasingCheckpointer
+from statemachine_agent.persistence.lease import take_lease
 from statemachine_agent.policy.approval import Decision
 from statemachine_agent.stream.events import StreamEvent
 from statemachine_agent.stream.run import iter_sync
@@ -43,7 +47,8 @@ class ConversationEndedError(RuntimeError):
 
 
 class ConversationConflictError(RuntimeError):
-    """Another process took a turn of the same stored conversation meanwhile."""
+    """Another process took a turn of the same stored conversation meanwhile (only in a
+    store without leases: one with leases lets one turn run at a time)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,9 +156,12 @@ class Conversation:
         cancel: CancelToken | None = None,
         deps: Any = None,
         metadata: Mapping[str, Any] | None = None,
+        wait: float = 0.0,
     ) -> RunResult:
         """Run one turn (blocking)."""
-        return run_blocking(self.asend(text, cancel=cancel, deps=deps, metadata=metadata))
+        return run_blocking(
+            self.asend(text, cancel=cancel, deps=deps, metadata=metadata, wait=wait)
+        )
 
     async def asend(
         self,
@@ -162,19 +170,26 @@ class Conversation:
         cancel: CancelToken | None = None,
         deps: Any = None,
         metadata: Mapping[str, Any] | None = None,
+        wait: float = 0.0,
     ) -> RunResult:
         """Run one turn: the machine once, over the shared history; `deps` and `metadata`
-        are the turn's run's (see `Agent.arun`)."""
-        self._check_open()
-        result = await self.agent.arun(
-            text,
-            history=self.history,
-            cancel=cancel,
-            run_id=self._next_run_id(),
-            deps=deps,
-            metadata=metadata,
-        )
-        return self._keep(result)
+        are the turn's run's (see `Agent.arun`).
+
+        A stored conversation's turn holds the conversation's lease in the store: while
+        another process takes a turn this raises `RunLockedError`, or waits up to `wait`
+        seconds for that turn to end (and then carries on after it).
+        """
+        async with self._leased(wait):
+            self._check_open()
+            result = await self.agent.arun(
+                text,
+                history=self.history,
+                cancel=cancel,
+                run_id=self._next_run_id(),
+                deps=deps,
+                metadata=metadata,
+            )
+            return self._keep(result)
 
     async def astream(
         self,
@@ -183,25 +198,28 @@ class Conversation:
         cancel: CancelToken | None = None,
         deps: Any = None,
         metadata: Mapping[str, Any] | None = None,
+        wait: float = 0.0,
     ) -> AsyncIterator[StreamEvent]:
         """Run one turn, handing out its events as `Agent.astream` does; the turn is kept
-        (in `results` and the history) when its run ends, even if the stream is left early."""
-        self._check_open()
-        stream = self.agent.astream(
-            text,
-            history=self.history,
-            cancel=cancel,
-            run_id=self._next_run_id(),
-            deps=deps,
-            metadata=metadata,
-        )
-        try:
-            async for event in stream:
-                yield event
-        finally:
-            await stream.aclose()
-            if stream.result is not None:
-                self._keep(stream.result)
+        (in `results` and the history) when its run ends, even if the stream is left early.
+        Leased as `asend` is, for as long as the stream lasts."""
+        async with self._leased(wait):
+            self._check_open()
+            stream = self.agent.astream(
+                text,
+                history=self.history,
+                cancel=cancel,
+                run_id=self._next_run_id(),
+                deps=deps,
+                metadata=metadata,
+            )
+            try:
+                async for event in stream:
+                    yield event
+            finally:
+                await stream.aclose()
+                if stream.result is not None:
+                    self._keep(stream.result)
 
     def stream(
         self,
@@ -210,11 +228,13 @@ class Conversation:
         cancel: CancelToken | None = None,
         deps: Any = None,
         metadata: Mapping[str, Any] | None = None,
+        wait: float = 0.0,
     ) -> Iterator[StreamEvent]:
         """`astream` for synchronous code."""
         token = cancel or CancelToken()
         return iter_sync(
-            lambda: self.astream(text, cancel=token, deps=deps, metadata=metadata), token
+            lambda: self.astream(text, cancel=token, deps=deps, metadata=metadata, wait=wait),
+            token,
         )
 
     def _check_open(self) -> None:
@@ -230,19 +250,45 @@ class Conversation:
             return None
         return f"{self.conversation_id}.turn-{len(self._stored) + 1}-{new_run_id()[4:12]}"
 
-    async def aresume(self, decisions: Mapping[str, Decision], *, deps: Any = None) -> RunResult:
-        """Finish a turn that paused for approval (the agent needs a checkpointer)."""
-        self._catch_up()
-        if self._paused is None:
-            raise ValueError("the last turn is not waiting for approval")
-        paused = self._paused
-        if self.results and self.results[-1].run_id == paused:
-            self.results.pop()
-        result = await self.agent.aresume(paused, decisions=decisions, deps=deps)
-        return self._keep(result, resuming=True)
+    async def aresume(
+        self, decisions: Mapping[str, Decision], *, deps: Any = None, wait: float = 0.0
+    ) -> RunResult:
+        """Finish a turn that paused for approval (the agent needs a checkpointer);
+        leased as `asend` is."""
+        async with self._leased(wait):
+            self._catch_up()
+            if self._paused is None:
+                raise ValueError("the last turn is not waiting for approval")
+            paused = self._paused
+            if self.results and self.results[-1].run_id == paused:
+                self.results.pop()
+            result = await self.agent.aresume(paused, decisions=decisions, deps=deps)
+            return self._keep(result, resuming=True)
 
-    def resume(self, decisions: Mapping[str, Decision], *, deps: Any = None) -> RunResult:
-        return run_blocking(self.aresume(decisions, deps=deps))
+    def resume(
+        self, decisions: Mapping[str, Decision], *, deps: Any = None, wait: float = 0.0
+    ) -> RunResult:
+        return run_blocking(self.aresume(decisions, deps=deps, wait=wait))
+
+    @contextlib.asynccontextmanager
+    async def _leased(self, wait: float) -> AsyncIterator[None]:
+        """Hold the stored conversation's lease for one turn, in a store that leases.
+
+        The lease is the store's run lease, on the conversation's key: one turn at a
+        time, whichever process takes it, renewed while the turn runs and free for
+        another process once a crashed holder's lease has expired. An unstored
+        conversation, or a store without leases, takes none (a turn stored meanwhile
+        is then caught as `ConversationConflictError`).
+        """
+        store = self.agent.checkpointer if self.conversation_id is not None else None
+        if not isinstance(store, LeasingCheckpointer):
+            yield
+            return
+        lease = await take_lease(store, self._key, wait)
+        try:
+            yield
+        finally:
+            store.release(lease)
 
     def _keep(self, result: RunResult, *, resuming: bool = False) -> RunResult:
         self.results.append(result)

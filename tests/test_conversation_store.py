@@ -7,10 +7,13 @@ hostile tool that takes a turn of the same conversation mid-turn.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +28,7 @@ from statemachine_agent import (
     ConversationConflictError,
     ConversationEndedError,
     MemoryCheckpointer,
+    RunSummary,
     ScriptedModel,
     SQLiteCheckpointer,
     end_chat,
@@ -34,6 +38,26 @@ from statemachine_agent.cli import main
 from statemachine_agent.testing import FakeAnthropicServer, replies
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+class Unleased:
+    """A store of one's own with only the four methods of `Checkpointer` (no leases)."""
+
+    def __init__(self) -> None:
+        self._inner = MemoryCheckpointer()
+
+    def append(self, run_id: str, body: Mapping[str, Any]) -> None:
+        self._inner.append(run_id, body)
+
+    def bodies(self, run_id: str) -> list[Mapping[str, Any]]:
+        return self._inner.bodies(run_id)
+
+    def runs(self) -> list[RunSummary]:
+        return self._inner.runs()
+
+    def close(self) -> None:
+        self._inner.close()
+
 
 TURN = """
 import json, sys
@@ -78,6 +102,104 @@ class TestAcrossProcesses:
         assert len(turn_runs) == 2  # each turn is a run of its own, resumable as any
 
 
+RACER = """
+import json, sys, time
+from pathlib import Path
+from statemachine_agent import Agent, Conversation, RunLockedError, ScriptedModel, tool
+from statemachine_agent import SQLiteCheckpointer
+from statemachine_agent.testing import replies
+
+store, cid, text, signals, wait, holds, lease = sys.argv[1:8]
+
+
+@tool
+def hold() -> str:
+    \"\"\"Waits, mid-turn, until the test lets the turn go on.\"\"\"
+    (Path(signals) / "holding").touch()
+    while not (Path(signals) / "release").exists():
+        time.sleep(0.02)
+    return "released"
+
+
+script = [replies.tool_use("hold", {})] if holds == "1" else []
+model = ScriptedModel([*script, replies.text(f"answered {text}")])
+kept = SQLiteCheckpointer(store, lease_seconds=float(lease)) if lease != "-" else store
+chat = Conversation.open(Agent(model, tools=[hold], checkpointer=kept), cid)
+try:
+    result = chat.send(text, wait=float(wait))
+except RunLockedError as exc:
+    print(json.dumps({"locked": str(exc)}))
+    sys.exit(3)
+print(json.dumps({"turns": chat.turns, "sent": model.requests[0].messages}))
+"""
+
+
+def racer(
+    store: Path, signals: Path, text: str, *, wait: float, holds: bool, lease: float | None = None
+) -> subprocess.Popen[str]:
+    """A process taking one turn of conversation `race` (holding it mid-turn if `holds`;
+    with `lease`, a store whose leases last that many seconds past the last heartbeat)."""
+    return subprocess.Popen(
+        [sys.executable, "-c", RACER, str(store), "race", text, str(signals), str(wait),
+         "1" if holds else "0", "-" if lease is None else str(lease)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+    )  # fmt: skip
+
+
+def mid_turn(process: subprocess.Popen[str], signals: Path) -> None:
+    """Wait until `process` holds its turn (its tool has started)."""
+    while not (signals / "holding").exists():
+        assert process.poll() is None, process.communicate()
+        time.sleep(0.02)
+
+
+def finished(process: subprocess.Popen[str]) -> tuple[int, dict[str, Any]]:
+    out, err = process.communicate(timeout=120)
+    assert out, err
+    return process.returncode, dict(json.loads(out))
+
+
+class TestTwoProcessesRacing:
+    def test_one_turn_at_a_time_the_other_refused_or_waiting(self, tmp_path: Path) -> None:
+        """While one process is mid-turn, another is refused (wait=0) or waits (wait>0)
+        and then takes its turn after it, with that turn in its history."""
+        store, signals = tmp_path / "chat.sqlite3", tmp_path
+        first = racer(store, signals, "first", wait=0, holds=True)
+        mid_turn(first, signals)
+        code, refused = finished(racer(store, signals, "second", wait=0, holds=False))
+        assert code == 3
+        assert "'conversation:race' is being driven by" in refused["locked"]
+        waiting = racer(store, signals, "third", wait=120, holds=False)
+        assert waiting.poll() is None  # it cannot finish while the first holds the lease
+        (signals / "release").touch()
+        code, done = finished(first)
+        assert (code, done["turns"], len(done["sent"])) == (0, 1, 1)
+        code, after = finished(waiting)
+        assert code == 0
+        assert after["turns"] == 2
+        assert after["sent"][0] == {"role": "user", "content": "first"}
+        assert after["sent"][-1]["content"][0]["text"] == "third"
+        reopened = Conversation.open(Agent(ScriptedModel([]), checkpointer=store), "race")
+        assert reopened.turns == 2
+        assert reopened.history[0] == {"role": "user", "content": "first"}
+
+    def test_a_turn_whose_process_died_frees_the_conversation_when_its_lease_expires(
+        self, tmp_path: Path
+    ) -> None:
+        """Killed mid-turn: its turn is lost (not stored), and a waiting process takes over."""
+        store, signals = tmp_path / "chat.sqlite3", tmp_path
+        first = racer(store, signals, "first", wait=0, holds=True, lease=1)
+        mid_turn(first, signals)
+        first.kill()
+        first.communicate()
+        code, after = finished(racer(store, signals, "second", wait=120, holds=False, lease=1))
+        assert code == 0
+        assert after["turns"] == 1
+        assert after["sent"][0]["content"][0]["text"] == "second"
+        reopened = Conversation.open(Agent(ScriptedModel([]), checkpointer=store), "race")
+        assert reopened.turns == 1
+
+
 class TestChatCommand:
     def test_chat_conversation_carries_on_across_invocations(self, tmp_path: Path) -> None:
         """`chat --conversation ID` twice: the second session sends the first one's history."""
@@ -112,6 +234,24 @@ class TestChatCommand:
         assert "1 earlier turn(s), 2 messages of history" in opened[1]
         assert "Leave by 18:15" in out
         assert len(list(tmp_path.glob("demo.turn-*.jsonl"))) == 2
+
+    def test_a_line_sent_while_another_process_holds_the_turn_is_refused(
+        self, tmp_path: Path
+    ) -> None:
+        """The chat says the line was not sent and gives the prompt back; nothing is stored."""
+        from statemachine_agent.chat import repl
+
+        store, signals = tmp_path / "chat.sqlite3", tmp_path
+        holder = racer(store, signals, "first", wait=0, holds=True)
+        mid_turn(holder, signals)
+        lines = iter(["Hello?", "/exit"])
+        out = io.StringIO()
+        chat = Conversation.open(Agent(ScriptedModel([]), checkpointer=store), "race")
+        assert repl(chat, lambda _prompt: next(lines), out) == 0
+        assert "[not sent: run 'conversation:race' is being driven by" in out.getvalue()
+        (signals / "release").touch()
+        assert finished(holder)[0] == 0
+        assert Conversation.open(Agent(ScriptedModel([]), checkpointer=store), "race").turns == 1
 
     def test_a_bad_conversation_id_is_a_usage_error(
         self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
@@ -171,9 +311,40 @@ class TestStoredTurns:
         assert b.turns == 2
         assert b.history[0]["content"] == "first"
 
-    def test_a_turn_taken_meanwhile_is_a_conflict(self) -> None:
-        """A hostile tool takes a turn of the same conversation mid-turn: the turn is refused."""
+    def test_a_turn_taken_meanwhile_finds_the_conversation_leased(self) -> None:
+        """A tool tries to take a turn of the same conversation mid-turn: it is refused."""
         store = MemoryCheckpointer()
+        other = Conversation.open(
+            Agent(ScriptedModel([replies.text("x")]), checkpointer=store), "c5"
+        )
+
+        @tool
+        def meddle() -> str:
+            """Takes a turn of the same conversation from elsewhere."""
+            other.send("meanwhile")
+            return "done"
+
+        model = ScriptedModel([replies.tool_use("meddle", {}), replies.text("ok")])
+        chat = Conversation.open(Agent(model, tools=[meddle], checkpointer=store), "c5")
+        result = chat.send("go")
+        assert result.end_state == "completed"
+        (refused,) = [
+            block
+            for message in result.messages
+            if isinstance(message["content"], list)
+            for block in message["content"]
+            if block.get("type") == "tool_result"
+        ]
+        assert refused["is_error"] is True
+        assert "RunLockedError" in refused["content"]
+        assert "'conversation:c5' is being driven by" in refused["content"]
+        reopened = Conversation.open(Agent(ScriptedModel([]), checkpointer=store), "c5")
+        assert reopened.turns == 1
+        assert reopened.history[0] == {"role": "user", "content": "go"}
+
+    def test_a_store_without_leases_refuses_a_turn_taken_meanwhile(self) -> None:
+        """With a store of one's own that cannot lease, the later turn is not stored."""
+        store = Unleased()
         other = Conversation.open(
             Agent(ScriptedModel([replies.text("x")]), checkpointer=store), "c5"
         )

@@ -22,6 +22,7 @@ from statemachine_agent import (
     Deny,
     Edit,
     ReflectionPolicy,
+    RunLockedError,
     ScriptedModel,
     SQLiteCheckpointer,
     calculate,
@@ -414,6 +415,34 @@ class TestPostgres:
         assert chat.send("Who am I?").turn == 2
         assert [m["role"] for m in model.requests[0].messages] == ["user", "assistant", "user"]
         assert chat.turns == 2
+
+    def test_a_conversation_turn_is_leased_across_connections(
+        self, postgres: LocalPostgres
+    ) -> None:
+        """While one store connection takes a turn, a turn through another is refused."""
+        other = Conversation.open(Agent(ScriptedModel([replies.text("x")]),
+                                        checkpointer=PostgresCheckpointer(postgres.dsn)),
+                                  "pg-leased")  # fmt: skip
+
+        @tool
+        def meddle() -> str:
+            """Takes a turn of the same conversation through another connection."""
+            try:
+                other.send("meanwhile")
+            except RunLockedError as exc:
+                return f"refused: {exc}"
+            return "sent"
+
+        model = ScriptedModel([replies.tool_use("meddle", {}), replies.text("ok")])
+        agent = Agent(model, tools=[meddle], checkpointer=PostgresCheckpointer(postgres.dsn))
+        result = Conversation.open(agent, "pg-leased").send("go")
+        assert result.end_state == "completed"
+        answer = result.messages[2]["content"][0]["content"]
+        assert answer.startswith("refused: run 'conversation:pg-leased' is being driven by")
+        store = PostgresCheckpointer(postgres.dsn)
+        assert (
+            Conversation.open(Agent(ScriptedModel([]), checkpointer=store), "pg-leased").turns == 1
+        )
 
     def test_records_round_trip(self, postgres: LocalPostgres) -> None:
         """A finished run loads back from PostgreSQL equal to the SQLite copy."""
