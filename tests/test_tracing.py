@@ -311,3 +311,34 @@ def test_a_carried_trace_context_parents_a_run_elsewhere(server: FakeAnthropicSe
     assert run.parent.span_id == request.get_span_context().span_id
     assert run.context.trace_id == request.get_span_context().trace_id
     assert trace_carrier() is None  # and nothing is current here any more
+
+
+def test_a_run_through_the_openai_sdk_is_traced_the_same_way() -> None:
+    """The spans come from the run's events, so an `OpenAIModel` run through the real
+    `openai` SDK gets the same tree, with `openai` as the provider and its usage."""
+    from statemachine_agent import OpenAIModel
+    from statemachine_agent.testing.openai_server import (
+        FakeOpenAIServer,
+        chat_text,
+        chat_tool_calls,
+    )
+
+    with FakeOpenAIServer() as fake:
+        fake.add(
+            chat_tool_calls(("calculate", {"expression": "6*7"}), usage={"prompt_tokens": 13}),
+            chat_text("42"),
+        )
+        model = OpenAIModel(api_key="sk-test-openai", base_url=fake.base_url, name="gpt-4o-mini")
+        result = Agent(model, tools=[calculate], name="calc", audit=TRACED).run("6*7?")
+    assert result.end_state == "completed"
+    (run,) = by_name("invoke_agent calc")
+    chats = by_name("chat gpt-4o-mini")
+    (tool_span,) = by_name("execute_tool calculate")
+    assert len(chats) == 2
+    assert {c.parent.span_id for c in [*chats, tool_span] if c.parent} == {run.context.span_id}
+    assert attrs(run)["gen_ai.provider.name"] == "openai"
+    first = attrs(chats[0])
+    assert first["gen_ai.provider.name"] == "openai"
+    assert first["gen_ai.request.model"] == "gpt-4o-mini"
+    assert first["gen_ai.usage.input_tokens"] == 13
+    assert attrs(tool_span)["gen_ai.tool.name"] == "calculate"
