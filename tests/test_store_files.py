@@ -252,3 +252,36 @@ class TestSchemaUpgrade:
         con = sqlite3.connect(db)
         assert con.execute("SELECT value FROM sma_meta").fetchone() == (str(SCHEMA_VERSION),)
         con.close()
+
+    def test_processes_opening_an_old_store_at_once_upgrade_it_once(self, tmp_path: Path) -> None:
+        """Workers started together against a schema-2 file all open it: the upgrade runs
+        inside the file's write lock, so the second opener finds it done, not half done."""
+        import sqlite3
+        import subprocess
+        import sys
+        import time
+        from subprocess import PIPE
+
+        db = tmp_path / "runs.sqlite3"
+        with SQLiteCheckpointer(db) as store:
+            counting_run(store, "before", 1)
+        con = sqlite3.connect(db, isolation_level=None)
+        con.execute("ALTER TABLE sma_runs DROP COLUMN metadata")
+        con.execute("UPDATE sma_meta SET value = '2' WHERE key = 'schema_version'")
+        con.close()
+        go = time.time() + 2.0
+        code = (
+            "import sys, time\n"
+            "from statemachine_agent.persistence.sqlite import SQLiteCheckpointer\n"
+            f"time.sleep(max(0.0, {go!r} - time.time()))\n"
+            f"with SQLiteCheckpointer({str(db)!r}) as store:\n"
+            "    print(sorted(r.run_id for r in store.runs()))\n"
+        )
+        workers = [
+            subprocess.Popen([sys.executable, "-c", code], stdout=PIPE, stderr=PIPE, text=True)
+            for _ in range(6)
+        ]
+        outcomes = [(w.wait(timeout=120), *w.communicate()) for w in workers]
+        assert [(code, out.strip()) for code, out, _ in outcomes] == [(0, "['before']")] * len(
+            workers
+        ), [err for _, _, err in outcomes]
