@@ -227,6 +227,20 @@ def _cancelled() -> Any:
     return token
 
 
+def schema_2_store(tmp_path: Path) -> Path:
+    """A SQLite file as a version before metadata columns left it, with one run."""
+    import sqlite3
+
+    db = tmp_path / "runs.sqlite3"
+    with SQLiteCheckpointer(db) as store:
+        counting_run(store, "before", 1)
+    con = sqlite3.connect(db, isolation_level=None)
+    con.execute("ALTER TABLE sma_runs DROP COLUMN metadata")
+    con.execute("UPDATE sma_meta SET value = '2' WHERE key = 'schema_version'")
+    con.close()
+    return db
+
+
 class TestSchemaUpgrade:
     def test_a_schema_2_store_gains_the_metadata_column(self, tmp_path: Path) -> None:
         """A store written before metadata was listed opens, is upgraded in place, keeps
@@ -235,13 +249,7 @@ class TestSchemaUpgrade:
 
         from statemachine_agent.persistence.sql import SCHEMA_VERSION
 
-        db = tmp_path / "runs.sqlite3"
-        with SQLiteCheckpointer(db) as store:
-            counting_run(store, "before", 1)
-        con = sqlite3.connect(db, isolation_level=None)
-        con.execute("ALTER TABLE sma_runs DROP COLUMN metadata")
-        con.execute("UPDATE sma_meta SET value = '2' WHERE key = 'schema_version'")
-        con.close()
+        db = schema_2_store(tmp_path)
         with SQLiteCheckpointer(db) as store:
             stamped_run(store, "after", {"tenant": "acme"})
             assert {r.run_id: r.metadata for r in store.runs()} == {
@@ -256,19 +264,12 @@ class TestSchemaUpgrade:
     def test_processes_opening_an_old_store_at_once_upgrade_it_once(self, tmp_path: Path) -> None:
         """Workers started together against a schema-2 file all open it: the upgrade runs
         inside the file's write lock, so the second opener finds it done, not half done."""
-        import sqlite3
         import subprocess
         import sys
         import time
         from subprocess import PIPE
 
-        db = tmp_path / "runs.sqlite3"
-        with SQLiteCheckpointer(db) as store:
-            counting_run(store, "before", 1)
-        con = sqlite3.connect(db, isolation_level=None)
-        con.execute("ALTER TABLE sma_runs DROP COLUMN metadata")
-        con.execute("UPDATE sma_meta SET value = '2' WHERE key = 'schema_version'")
-        con.close()
+        db = schema_2_store(tmp_path)
         go = time.time() + 2.0
         code = (
             "import sys, time\n"
