@@ -5,8 +5,10 @@ answers "item n", and once more at 200 steps with 1 KiB results) are made with
 `Agent(..., checkpointer=SQLiteCheckpointer(path))`, a fresh file each, and
 without a checkpointer, interleaved. Per length it reports:
 
-- payload: the checkpoint bodies' total size (what the store keeps, `runs()`),
-  and how it splits between the bodies' keys (messages, trail, state diff),
+- payload: the checkpoint bodies' total size (what the store keeps, `runs()`: packed
+  rows, see `persistence/packing.py`), the same bodies as JSON text (what a
+  `compress=False` store keeps), and how the JSON splits between the bodies' keys
+  (messages, trail, state diff),
 - file: the SQLite file once closed, and I/O: bytes handed to write() (WAL pages),
 - the final transcript (`result.messages` as compact JSON), and payload / transcript,
 - time per checkpoint: the time spent in `PhaseContext.checkpoint()` (delta and
@@ -118,7 +120,9 @@ def one_run(steps: int, path: Path | None, size: int = 0) -> dict[str, Any]:
     if store is not None:
         summary = store.runs()[0]
         parts: dict[str, int] = {}
+        json_bytes = 0
         for body in store.bodies(summary.run_id):
+            json_bytes += len(json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode())
             for key, value in body.items():
                 size = len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
                 parts[key] = parts.get(key, 0) + size
@@ -127,6 +131,7 @@ def one_run(steps: int, path: Path | None, size: int = 0) -> dict[str, Any]:
         figures.update(
             checkpoints=summary.checkpoints,
             payload_bytes=summary.bytes,
+            json_bytes=json_bytes,
             file_bytes=path.stat().st_size if path else 0,
             parts=parts,
             checkpoint_s=clock.seconds if clock.calls else None,
@@ -160,6 +165,8 @@ def measure(tmp: Path) -> dict[str, dict[str, Any]]:
             "transcript_bytes": last["transcript_bytes"],
             "payload_per_step": last["payload_bytes"] / steps,
             "payload_vs_transcript": last["payload_bytes"] / last["transcript_bytes"],
+            "json_bytes": last["json_bytes"],
+            "json_vs_transcript": last["json_bytes"] / last["transcript_bytes"],
             "payload_parts": last["parts"],
             "us_per_checkpoint": common.summary(per_checkpoint),
             "run_s_with": common.summary([s["seconds"] for s in saved]),
@@ -177,6 +184,7 @@ def render(data: dict[str, dict[str, Any]]) -> str:
             f"{d['payload_per_step']:,.0f}",
             f"{d['transcript_bytes']:,}",
             f"{d['payload_vs_transcript']:.2f}x",
+            f"{d['json_bytes']:,} ({d['json_vs_transcript']:.2f}x)",
             f"{d['file_bytes']:,}",
             f"{d['io_bytes']['median']:,.0f}",
             common.fmt_range(d["us_per_checkpoint"]),
@@ -193,6 +201,7 @@ def render(data: dict[str, dict[str, Any]]) -> str:
                 "payload/step",
                 "transcript bytes",
                 "payload/transcript",
+                "bodies as JSON (/transcript)",
                 "file bytes",
                 "write() bytes",
                 "us/checkpoint, median (min-max)",

@@ -15,7 +15,9 @@ import inspect
 import json
 import os
 import platform
+import random
 import statistics
+import string
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -226,12 +228,16 @@ def tool_script(calls: int, tool: str = "lookup", per_reply: int = 1) -> list[di
 
 
 def lookup_tool(kind: str = "async", size: int = 0) -> Any:
-    """The trivial tool every system gets: `lookup(n) -> "item n"` (padded to `size` chars)."""
+    """The trivial tool every system gets: `lookup(n) -> "item n"` (padded to `size` chars
+    of random letters and digits, which compression cannot shrink much)."""
     from statemachine_agent import tool
 
     def answer(n: int) -> str:
         text = f"item {n}"
-        return text + " " + "lorem ipsum " * ((size - len(text)) // 12) if size else text
+        if not size:
+            return text
+        pad = random.Random(n).choices(string.ascii_letters + string.digits, k=size)
+        return f"{text} " + "".join(pad[: max(0, size - len(text) - 1)])
 
     if kind == "async":
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import random
+import string
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,7 @@ from statemachine_agent import (
     tool,
 )
 from statemachine_agent.persistence import load_record
+from statemachine_agent.persistence.packing import unpack
 from statemachine_agent.testing import replies
 from statemachine_agent.testing.postgres import LocalPostgres
 
@@ -25,11 +28,31 @@ STEPS = 200
 RESULT_CHARS = 1024
 
 
+def result_text(n: int) -> str:
+    """1 KiB of random letters and digits after "item n": text deflate cannot shrink much,
+    so packing gains nothing from the results themselves (the hard case for the bound)."""
+    head = f"item {n} "
+    pad = random.Random(n).choices(string.ascii_letters + string.digits, k=RESULT_CHARS)
+    return head + "".join(pad[: RESULT_CHARS - len(head)])
+
+
 @tool
 def lookup(n: int) -> str:
     """Look up an item."""
-    text = f"item {n}"
-    return text + " " + "lorem ipsum " * ((RESULT_CHARS - len(text)) // 12)
+    return result_text(n)
+
+
+@tool(name="lookup")
+def short_lookup(n: int) -> str:
+    """Look up an item."""
+    return f"item {n}"
+
+
+RESULTS = {"1 KiB": lookup, "one word": short_lookup}
+"""Tool results of a realistic size (and no redundancy), and results so small that each
+step's bookkeeping (counters, usage, timings, the trail) outweighs its part of the
+transcript."""
+RUN_IDS = {"1 KiB": "long", "one word": "long-short"}
 
 
 @pytest.fixture(scope="module")
@@ -38,21 +61,33 @@ def postgres() -> Iterator[LocalPostgres]:
         yield server
 
 
-def long_run(path: Path | str) -> tuple[Any, Any]:
-    """200 tool calls with 1 KiB results, then an answer, checkpointed to SQLite (a path)
-    or PostgreSQL (a URL)."""
+def long_run(path: Path | str, results: str = "1 KiB") -> tuple[Any, Any]:
+    """200 tool calls (with `RESULTS[results]`), then an answer, checkpointed to SQLite (a
+    path) or PostgreSQL (a URL)."""
     script = [replies.tool_use("lookup", {"n": n}) for n in range(STEPS)]
     store: Any = PostgresCheckpointer(path) if isinstance(path, str) else SQLiteCheckpointer(path)
     agent = Agent(
         ScriptedModel([*script, replies.text("done")]),
-        tools=[lookup],
+        tools=[RESULTS[results]],
         budget=Budget(max_iterations=STEPS + 10),
         stall=None,
         checkpointer=store,
     )
-    result = agent.run("look everything up", run_id="long")
+    result = agent.run("look everything up", run_id=RUN_IDS[results])
     assert result.end_state == "completed", result.reason
     return result, store
+
+
+def stored_bytes(store: Any, run_id: str) -> int:
+    """The bytes the database itself holds in the run's rows (text and packed columns)."""
+    octets = "octet_length" if isinstance(store, PostgresCheckpointer) else "length"
+    query = (
+        f"SELECT SUM({octets}(CAST(body AS BLOB))) + SUM(COALESCE({octets}(packed), 0)) "
+        f"FROM sma_checkpoints WHERE run_id = '{run_id}'"
+    )
+    if isinstance(store, PostgresCheckpointer):
+        query = query.replace("CAST(body AS BLOB)", "body")
+    return int(store._execute(query, ()).fetchone()[0])
 
 
 def transcript_bytes(messages: list[Any]) -> int:
@@ -60,21 +95,23 @@ def transcript_bytes(messages: list[Any]) -> int:
 
 
 class TestCheckpointSize:
+    @pytest.mark.parametrize("results", list(RESULTS))
     @pytest.mark.parametrize("where", ["sqlite", "postgres"])
     def test_payload_at_200_steps_is_at_most_twice_the_transcript(
-        self, tmp_path: Path, where: str, request: pytest.FixtureRequest
+        self, tmp_path: Path, where: str, results: str, request: pytest.FixtureRequest
     ) -> None:
-        """What the store keeps for the run (every checkpoint body) is at most 2x the
-        final transcript, and it still folds back to the whole record."""
+        """What the store keeps for the run (every checkpoint body, as the database holds
+        it) is at most 2x the final transcript, and it still folds back to the whole record."""
         target: Path | str = tmp_path / "runs.sqlite3"
         if where == "postgres":
             target = request.getfixturevalue("postgres").dsn
-        result, store = long_run(target)
-        (summary,) = store.runs()
+        result, store = long_run(target, results)
+        (summary,) = (s for s in store.runs() if s.run_id == RUN_IDS[results])
         transcript = transcript_bytes(result.messages)
         assert summary.checkpoints > 4 * STEPS
+        assert summary.bytes == stored_bytes(store, summary.run_id)
         assert summary.bytes <= 2 * transcript, summary.bytes / transcript
-        record = load_record(store, "long")
+        record = load_record(store, summary.run_id)
         assert record.messages == result.messages
         assert [t.to_dict() for t in record.trail] == [t.to_dict() for t in result.trail]
         store.close()
@@ -86,6 +123,7 @@ class TestCheckpointSize:
         _, store = long_run(tmp_path / "runs.sqlite3")
         store.close()
         with sqlite3.connect(tmp_path / "runs.sqlite3") as con:
-            bodies = "".join(row[0] for row in con.execute("SELECT body FROM sma_checkpoints"))
+            rows = con.execute("SELECT packed FROM sma_checkpoints").fetchall()
+        bodies = "".join(unpack(packed) for (packed,) in rows)
         for n in (0, 77, STEPS - 1):
-            assert bodies.count(f"item {n} lorem") == 1, n
+            assert bodies.count(result_text(n)) == 1, n

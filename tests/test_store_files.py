@@ -228,17 +228,65 @@ def _cancelled() -> Any:
 
 
 def schema_2_store(tmp_path: Path) -> Path:
-    """A SQLite file as a version before metadata columns left it, with one run."""
+    """A SQLite file as a version before metadata and packed rows left it, with one run."""
     import sqlite3
 
     db = tmp_path / "runs.sqlite3"
-    with SQLiteCheckpointer(db) as store:
+    with SQLiteCheckpointer(db, compress=False) as store:
         counting_run(store, "before", 1)
     con = sqlite3.connect(db, isolation_level=None)
     con.execute("ALTER TABLE sma_runs DROP COLUMN metadata")
+    con.execute("ALTER TABLE sma_checkpoints DROP COLUMN packed")
+    con.execute("UPDATE sma_checkpoints SET version = 2")
     con.execute("UPDATE sma_meta SET value = '2' WHERE key = 'schema_version'")
     con.close()
     return db
+
+
+def stored_rows(store: Any, run_id: str) -> list[tuple[str, bytes | None]]:
+    """A run's rows as the database holds them: (body text, packed bytes)."""
+    mark = "%s" if isinstance(store, PostgresCheckpointer) else "?"
+    query = f"SELECT body, packed FROM sma_checkpoints WHERE run_id = {mark} ORDER BY seq"
+    return [(body, None if p is None else bytes(p)) for body, p in store._execute(query, (run_id,))]
+
+
+class TestPackedRows:
+    def test_rows_are_packed_unless_asked_not_to_and_both_read_back(
+        self, store_target: str
+    ) -> None:
+        """By default each body is packed (its text column empty); with `compress=False`
+        it is JSON text anyone can query. One store holds both kinds, and a run continued
+        with the other setting folds back whole."""
+        import json
+
+        with open_target(store_target, compress=False) as store:
+            agent = Agent(ScriptedModel([replies.text("a"), replies.text("b")]), checkpointer=store)
+            first = agent.run("hello", run_id="mixed", cancel=_cancelled())
+            plain = stored_rows(store, "mixed")
+            assert plain
+            assert all(p is None and json.loads(body) for body, p in plain)
+        with open_target(store_target) as store:
+            agent = Agent(ScriptedModel([replies.text("b")]), checkpointer=store)
+            resumed = agent.resume("mixed")
+            rows = stored_rows(store, "mixed")
+            assert rows[: len(plain)] == plain
+            assert all(body == "" and p is not None for body, p in rows[len(plain) :])
+            record = load_record(store, "mixed")
+            (listed,) = (r for r in store.runs() if r.run_id == "mixed")
+        assert first.end_state == "cancelled"
+        assert resumed.end_state == "completed"
+        assert record.messages == resumed.messages
+        assert listed.bytes == sum(len(body.encode()) + len(p or b"") for body, p in rows)
+
+    def test_encrypted_rows_are_sealed_not_packed(self, store_target: str) -> None:
+        """Packing before sealing would let each row's size say something of its content."""
+        from statemachine_agent import generate_key
+
+        with open_target(store_target, encryption_key=generate_key()) as store:
+            stamped_run(store, "sealed", {})
+            rows = stored_rows(store, "sealed")
+        assert rows
+        assert all(body.startswith("enc1:") and p is None for body, p in rows)
 
 
 class TestSchemaUpgrade:
@@ -259,6 +307,11 @@ class TestSchemaUpgrade:
             assert load_record(store, "before").state == "completed"
         con = sqlite3.connect(db)
         assert con.execute("SELECT value FROM sma_meta").fetchone() == (str(SCHEMA_VERSION),)
+        kinds = con.execute(
+            "SELECT run_id, MIN(packed IS NULL), MAX(packed IS NULL) FROM sma_checkpoints "
+            "GROUP BY run_id ORDER BY run_id"
+        ).fetchall()
+        assert kinds == [("after", 0, 0), ("before", 1, 1)]  # old rows kept as text
         con.close()
 
     def test_processes_opening_an_old_store_at_once_upgrade_it_once(self, tmp_path: Path) -> None:

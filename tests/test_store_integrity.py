@@ -34,9 +34,9 @@ SCRIPT = [
 ]
 
 
-def stored_run(path: Path, run_id: str = "r") -> int:
-    """A finished run in an SQLite store; the number of its checkpoints."""
-    store = SQLiteCheckpointer(path)
+def stored_run(path: Path, run_id: str = "r", *, compress: bool = True) -> int:
+    """A finished run in an SQLite store (packed rows, or JSON text); its checkpoint count."""
+    store = SQLiteCheckpointer(path, compress=compress)
     Agent(ScriptedModel(SCRIPT), tools=[calculate], checkpointer=store).run("q", run_id=run_id)
     (summary,) = store.runs()
     store.close()
@@ -73,21 +73,53 @@ class TestVerifiedRows:
         assert "the last ones are gone" in str(error)
 
     @pytest.mark.parametrize(
-        "damage",
+        ("compress", "damage"),
         [
-            "UPDATE sma_checkpoints SET body = body || ' ' WHERE seq = 4",
-            "UPDATE sma_checkpoints SET body = substr(body, 1, 20) WHERE seq = 4",
+            (False, "UPDATE sma_checkpoints SET body = body || ' ' WHERE seq = 4"),
+            (False, "UPDATE sma_checkpoints SET body = substr(body, 1, 20) WHERE seq = 4"),
+            (
+                True,
+                "UPDATE sma_checkpoints SET packed = CAST(packed || x'00' AS BLOB) WHERE seq = 4",
+            ),
+            (True, "UPDATE sma_checkpoints SET packed = substr(packed, 1, 9) WHERE seq = 4"),
+            (True, "UPDATE sma_checkpoints SET packed = NULL WHERE seq = 4"),
         ],
-        ids=["altered", "truncated"],
+        ids=["altered", "truncated", "packed-altered", "packed-truncated", "packed-gone"],
     )
-    def test_an_altered_or_truncated_row_is_named(self, tmp_path: Path, damage: str) -> None:
-        """A row whose text changed fails its digest, by number."""
+    def test_an_altered_or_truncated_row_is_named(
+        self, tmp_path: Path, compress: bool, damage: str
+    ) -> None:
+        """A row whose text (or packed bytes) changed fails its digest, by number."""
         db = tmp_path / "db"
-        stored_run(db)
+        stored_run(db, compress=compress)
         raw(db).execute(damage)
         error = corrupt_error(db)
         assert error.seq == 4
         assert "does not match its digest" in str(error)
+
+    @pytest.mark.parametrize(
+        ("packed", "says"),
+        [
+            (b"\x01\xff\xfe garbage", "does not inflate"),
+            (b"\x01", "truncated"),
+            (b"", "is empty"),
+            (b"\x09" + b"x" * 20, "packed with dictionary 9, which this version lacks"),
+        ],
+        ids=["garbage", "truncated", "empty", "unknown-dictionary"],
+    )
+    def test_a_forged_packed_row_is_named(self, tmp_path: Path, packed: bytes, says: str) -> None:
+        """Packed bytes that do not inflate, with the digests fixed up so the chain holds:
+        still CheckpointCorruptError by number, never a raw zlib or Unicode error."""
+        db = tmp_path / "db"
+        with SQLiteCheckpointer(db) as store:
+            store.append("r", {"seq": 0, "state_name": "perceive"})
+        digest = link("", packed)
+        con = raw(db)
+        con.execute("UPDATE sma_checkpoints SET packed = ?, digest = ?", (packed, digest))
+        con.execute("UPDATE sma_runs SET digest = ?", (digest,))
+        error = corrupt_error(db)
+        assert (error.run_id, error.seq) == ("r", 1)
+        assert says in str(error)
 
     def test_reordered_rows_are_noticed(self, tmp_path: Path) -> None:
         """Two rows swapped: the chain breaks at the first of them."""

@@ -27,6 +27,7 @@ class PostgresCheckpointer(SQLCheckpointer):
         *,
         encryption_key: EncryptionKey | Sequence[EncryptionKey] | None = None,
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        compress: bool = True,
     ) -> None:
         """
         Args:
@@ -34,6 +35,10 @@ class PostgresCheckpointer(SQLCheckpointer):
             encryption_key: a key (`generate_key()`) or a list of keys to encrypt every
                 payload with AES-GCM; the first writes, all read (rotation).
             lease_seconds: how long a driver's lease outlives its last heartbeat.
+            compress: deflate each checkpoint body against a dictionary of the body
+                format (about a quarter of its JSON size); False keeps every body as JSON
+                text in `sma_checkpoints.body`, for querying with SQL. Encrypted bodies
+                are never packed.
         """
         try:
             import psycopg
@@ -50,11 +55,13 @@ class PostgresCheckpointer(SQLCheckpointer):
             name=f"PostgreSQL store {info.host}:{info.port}/{info.dbname}",
             mark="%s",
             real="DOUBLE PRECISION",
+            blob="BYTEA",
             lock_rows=" FOR UPDATE",
             corrupt_errors=(psycopg.DataError, psycopg.ProgrammingError, psycopg.InternalError),
             legacy_table="sma_checkpoints_v1",
             encryption_key=encryption_key,
             lease_seconds=lease_seconds,
+            compress=compress,
         )
         try:
             self._setup(self._has_table, first=[f"SELECT pg_advisory_xact_lock({SETUP_LOCK})"])

@@ -4,10 +4,11 @@ SQLite and PostgreSQL differ only in how they connect, how a transaction locks,
 their float type and their parameter placeholder; everything else is written
 once here.
 
-Tables (schema version 2):
+Tables (schema version 5):
 
 - `sma_checkpoints`: one row per checkpoint, numbered 1, 2, 3... per run, each
-  with a digest chained over the run's rows so far;
+  with a digest chained over the run's rows so far; its body is JSON text
+  (`body`), or packed (`packed`, see `packing.py`, with `body` empty);
 - `sma_runs`: one row per run: its lease, how many checkpoints it has and the
   last digest (so a deleted last row shows too), and what `runs` lists;
 - `sma_meta`: the schema version, so a store written by a newer version is
@@ -42,17 +43,21 @@ from statemachine_agent.persistence.crypto import (
 )
 from statemachine_agent.persistence.delta import counters, stamped_metadata
 from statemachine_agent.persistence.lease import Holder, Lease, LeaseBook
+from statemachine_agent.persistence.packing import UnpackError, pack, unpack
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """The layout this version writes; stores at a lower version are migrated on open.
 
 2: numbered, chained rows and the `sma_runs` table. 3: rows store the compact
 delta (`delta.py`: outcome and call references, compact trail records); rows of
-2 still fold. 4: `sma_runs.metadata`, the host's `metadata=` of each run."""
+2 still fold. 4: `sma_runs.metadata`, the host's `metadata=` of each run.
+5: `sma_checkpoints.packed`, bodies deflated against a dictionary; rows of 2-4
+keep their text and still read."""
 
 UPGRADES: Mapping[int, Sequence[str]] = {
     3: (),
     4: ("ALTER TABLE sma_runs ADD COLUMN metadata TEXT",),
+    5: ("ALTER TABLE sma_checkpoints ADD COLUMN packed {blob}",),
 }
 """The statements that bring a store of the version before up to each version."""
 
@@ -78,6 +83,7 @@ CREATE TABLE IF NOT EXISTS sma_checkpoints (
     version INTEGER NOT NULL,
     body TEXT NOT NULL,
     digest TEXT NOT NULL,
+    packed {blob},
     PRIMARY KEY (run_id, seq)
 );
 CREATE INDEX IF NOT EXISTS sma_runs_updated ON sma_runs (updated_at)
@@ -87,9 +93,12 @@ Execute = Callable[[str, Sequence[Any]], Any]
 """Runs one statement with parameters and returns a cursor (`fetchone`/`fetchall` work on it)."""
 
 
-def link(previous: str, stored: str) -> str:
-    """The digest of a row: chained over the previous one, so no row can go or move unseen."""
-    return hashlib.sha256(f"{previous}\n{stored}".encode()).hexdigest()[:32]
+def link(previous: str, stored: str | bytes) -> str:
+    """The digest of a row: chained over the previous one, so no row can go or move unseen.
+
+    Over the row as stored: its text, or its packed bytes."""
+    data = stored.encode() if isinstance(stored, str) else stored
+    return hashlib.sha256(previous.encode() + b"\n" + data).hexdigest()[:32]
 
 
 class SQLCheckpointer:
@@ -104,11 +113,13 @@ class SQLCheckpointer:
         name: str,
         mark: str,
         real: str,
+        blob: str,
         lock_rows: str,
         corrupt_errors: tuple[type[Exception], ...],
         legacy_table: str,
         encryption_key: EncryptionKey | Sequence[EncryptionKey] | None,
         lease_seconds: float,
+        compress: bool,
     ) -> None:
         self.name = name
         self._execute = execute
@@ -118,9 +129,11 @@ class SQLCheckpointer:
         self._lock = threading.RLock()
         self._closed = False
         self._cipher = cipher_for(encryption_key)
+        self._pack = compress and self._cipher is None  # sealed rows are never packed
         self.leases = LeaseBook(lease_seconds)
         m = mark
-        self._ddl = [s.strip() for s in DDL.format(real=real).split(";") if s.strip()]
+        self._types = {"real": real, "blob": blob}
+        self._ddl = [s.strip() for s in DDL.format(**self._types).split(";") if s.strip()]
         head = (
             "SELECT checkpoints, digest, lease_owner, lease_expires FROM sma_runs "
             f"WHERE run_id = {m}"
@@ -130,14 +143,14 @@ class SQLCheckpointer:
             f"VALUES ({m}, {m}, {m}) ON CONFLICT (run_id) DO NOTHING",
             "head": head + lock_rows,
             "peek": head,
-            "insert": "INSERT INTO sma_checkpoints (run_id, seq, version, body, digest) "
-            f"VALUES ({m}, {m}, {m}, {m}, {m})",
+            "insert": "INSERT INTO sma_checkpoints (run_id, seq, version, body, digest, packed) "
+            f"VALUES ({m}, {m}, {m}, {m}, {m}, {m})",
             "advance": f"UPDATE sma_runs SET state = {m}, checkpoints = {m}, digest = {m}, "
             f"bytes = bytes + {m}, iterations = COALESCE({m}, iterations), "
             f"cost_usd = COALESCE({m}, cost_usd), updated_at = {m}, "
             f"metadata = COALESCE({m}, metadata) WHERE run_id = {m}",
-            "rows": f"SELECT seq, version, body, digest FROM sma_checkpoints WHERE run_id = {m} "
-            "ORDER BY seq",
+            "rows": "SELECT seq, version, body, digest, packed FROM sma_checkpoints "
+            f"WHERE run_id = {m} ORDER BY seq",
             "list": "SELECT run_id, state, checkpoints, bytes, iterations, cost_usd, updated_at, "
             "lease_owner, lease_expires, metadata FROM sma_runs WHERE checkpoints > 0 "
             "ORDER BY created_at, run_id",
@@ -190,7 +203,7 @@ class SQLCheckpointer:
             if version < SCHEMA_VERSION:
                 for step in range(max(version, 2) + 1, SCHEMA_VERSION + 1):
                     for statement in UPGRADES.get(step, ()):
-                        self._execute(statement, ())
+                        self._execute(statement.format(**self._types), ())
                 self._execute(self._q["set_version"], (str(SCHEMA_VERSION),))
 
     def _migrate_v1(self) -> None:
@@ -221,14 +234,18 @@ class SQLCheckpointer:
             self.leases.check_writer(run_id, _holder(owner, expires), now)
         seq = int(count) + 1
         text = encode(body)
+        packed = pack(text) if self._pack else None
         stored = self._cipher.seal(text, _context(run_id, seq)) if self._cipher else text
-        chained = link(digest, stored)
-        self._execute(self._q["insert"], (run_id, seq, SCHEMA_VERSION, stored, chained))
+        if packed is not None:
+            stored = ""
+        chained = link(digest, stored if packed is None else packed)
+        self._execute(self._q["insert"], (run_id, seq, SCHEMA_VERSION, stored, chained, packed))
         iterations, cost = counters(body)
         state = str(body.get("state_name", ""))
         stamped = stamped_metadata(body)
         meta = None if stamped is None else self._seal_metadata(run_id, stamped)
-        row = (state, seq, chained, len(stored), iterations, cost, now, meta, run_id)
+        size = len(stored) if packed is None else len(packed)
+        row = (state, seq, chained, size, iterations, cost, now, meta, run_id)
         self._execute(self._q["advance"], row)
 
     def _seal_metadata(self, run_id: str, metadata: Mapping[str, Any]) -> str:
@@ -262,7 +279,7 @@ class SQLCheckpointer:
     def _verified(self, run_id: str, head: Any, rows: list[Any]) -> list[Mapping[str, Any]]:
         bodies: list[Mapping[str, Any]] = []
         digest = ""
-        for expected, (seq, version, stored, row_digest) in enumerate(rows, start=1):
+        for expected, (seq, version, stored, row_digest, packed) in enumerate(rows, start=1):
             if int(seq) != expected:
                 raise self._corrupt(
                     f"checkpoint {expected} is missing (the next one stored is {seq})",
@@ -276,14 +293,14 @@ class SQLCheckpointer:
                     run_id=run_id,
                     seq=expected,
                 )
-            digest = link(digest, stored)
+            digest = link(digest, stored if packed is None else bytes(packed))
             if row_digest != digest:
                 raise self._corrupt(
                     "the row does not match its digest: it was altered, truncated or reordered",
                     run_id=run_id,
                     seq=expected,
                 )
-            bodies.append(self._decode(run_id, expected, stored))
+            bodies.append(self._decode(run_id, expected, stored, packed))
         if head is None:
             return bodies
         count, last = int(head[0]), head[1]
@@ -302,10 +319,15 @@ class SQLCheckpointer:
             )
         return bodies
 
-    def _decode(self, run_id: str, seq: int, stored: str) -> Mapping[str, Any]:
+    def _decode(
+        self, run_id: str, seq: int, stored: str, packed: bytes | None
+    ) -> Mapping[str, Any]:
         try:
-            text = open_payload(self._cipher, stored, _context(run_id, seq))
-        except KeyMismatchError as exc:
+            if packed is not None:
+                text = unpack(bytes(packed))
+            else:
+                text = open_payload(self._cipher, stored, _context(run_id, seq))
+        except (KeyMismatchError, UnpackError) as exc:
             raise self._corrupt(str(exc), run_id=run_id, seq=seq) from None
         try:
             body = json.loads(text)

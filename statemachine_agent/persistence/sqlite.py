@@ -41,6 +41,7 @@ class SQLiteCheckpointer(SQLCheckpointer):
         synchronous: Literal["NORMAL", "FULL"] = "NORMAL",
         encryption_key: EncryptionKey | Sequence[EncryptionKey] | None = None,
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        compress: bool = True,
     ) -> None:
         """
         Args:
@@ -49,6 +50,10 @@ class SQLiteCheckpointer(SQLCheckpointer):
             encryption_key: a key (`generate_key()`) or a list of keys to encrypt every
                 payload with AES-GCM; the first writes, all read (rotation).
             lease_seconds: how long a driver's lease outlives its last heartbeat.
+            compress: deflate each checkpoint body against a dictionary of the body
+                format (about a quarter of its JSON size); False keeps every body as JSON
+                text in `sma_checkpoints.body`, for querying with SQL. Encrypted bodies
+                are never packed.
         """
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -61,11 +66,13 @@ class SQLiteCheckpointer(SQLCheckpointer):
             name=f"SQLite store {self.path}",
             mark="?",
             real="REAL",
+            blob="BLOB",
             lock_rows="",
             corrupt_errors=(sqlite3.DatabaseError,),
             legacy_table="checkpoints",
             encryption_key=encryption_key,
             lease_seconds=lease_seconds,
+            compress=compress,
         )
         try:
             db.execute("PRAGMA busy_timeout=10000")
