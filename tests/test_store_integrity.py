@@ -250,6 +250,22 @@ class TestPostgres:
         assert caught.value.store.startswith("PostgreSQL store")
         store.close()
 
+    def test_an_altered_packed_row_is_named_in_postgres(self, postgres: LocalPostgres) -> None:
+        """Packed bytes changed in PostgreSQL fail the digest chain, by number."""
+        import psycopg
+
+        store = PostgresCheckpointer(postgres.dsn)
+        Agent(ScriptedModel(SCRIPT), tools=[calculate], checkpointer=store).run("q", run_id="pk")
+        with psycopg.connect(postgres.dsn, autocommit=True) as con:
+            con.execute(
+                "UPDATE sma_checkpoints SET packed = packed || '\\x00'::bytea "
+                "WHERE run_id = 'pk' AND seq = 3"
+            )
+        with pytest.raises(CheckpointCorruptError, match="does not match its digest") as caught:
+            load_record(store, "pk")
+        assert caught.value.seq == 3
+        store.close()
+
     def test_a_schema_1_postgres_store_is_migrated(self) -> None:
         """The first layout's `sma_checkpoints` table becomes the current tables."""
         import psycopg
