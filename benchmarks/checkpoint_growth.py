@@ -211,7 +211,7 @@ def render(data: dict[str, dict[str, Any]]) -> str:
         )
         + "\n\n"
         + common.table(
-            ["steps", "payload split by checkpoint key (bytes, share)"],
+            ["steps", "bodies as JSON, split by checkpoint key (bytes, share)"],
             [
                 [
                     label,
