@@ -244,7 +244,7 @@ class SQLCheckpointer:
         state = str(body.get("state_name", ""))
         stamped = stamped_metadata(body)
         meta = None if stamped is None else self._seal_metadata(run_id, stamped)
-        size = len(stored) if packed is None else len(packed)
+        size = len(stored.encode()) if packed is None else len(packed)
         row = (state, seq, chained, size, iterations, cost, now, meta, run_id)
         self._execute(self._q["advance"], row)
 
