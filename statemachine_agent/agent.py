@@ -3,6 +3,11 @@
 An agent is configuration plus services (model, tools, budget, sinks); each call
 of `run`/`arun` creates a fresh run record and drives it through the shared
 machine. Agents hold no per-run state, so one agent serves many concurrent runs.
+
+This module is the public surface; the private modules beside it do the work:
+`_building` makes the constructor's arguments into services, `_records` a fresh
+run's record, `_resume` a stored run ready to go on, and `_driving` drives a run
+(its lease, its audit trail, the engine).
 """
 
 from __future__ import annotations
@@ -10,40 +15,28 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import inspect
-import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from os import PathLike
-from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
-from statemachine_agent.audit.chain import Chain
+from statemachine_agent import _driving
+from statemachine_agent._building import model_of, registry_of, storage_option, tool_of, with_output
+from statemachine_agent._records import new_record
+from statemachine_agent._records import new_run_id as new_run_id
+from statemachine_agent._records import with_prompt as with_prompt
+from statemachine_agent._resume import resumed
 from statemachine_agent.audit.config import Audit
-from statemachine_agent.audit.events import Emitter
 from statemachine_agent.audit.redact import Redactor
-from statemachine_agent.audit.sink import AuditSink, JsonlSink
 from statemachine_agent.blocking import run_blocking
-from statemachine_agent.context.notices import add_user_text
 from statemachine_agent.effects.base import Effects, InProcessEffects
-from statemachine_agent.machine.context import AgentDeps, PhaseContext
+from statemachine_agent.machine.context import AgentDeps
 from statemachine_agent.machine.engine import CancelToken, Engine
 from statemachine_agent.machine.result import RunResult
-from statemachine_agent.machine.resume import check_tools, prepare_resume
-from statemachine_agent.machine.run import RunRecord
 from statemachine_agent.machine.settings import RunSettings
 from statemachine_agent.models.base import DEFAULT_MAX_TOKENS, JSON, Model
-from statemachine_agent.output import DEFAULT_OUTPUT_RETRIES, OUTPUT_TOOL, output_spec
-from statemachine_agent.persistence.base import (
-    Checkpointer,
-    LeasingCheckpointer,
-    MemoryCheckpointer,
-    load_record,
-)
-from statemachine_agent.persistence.codec import to_plain
-from statemachine_agent.persistence.delta import CheckpointWriter
-from statemachine_agent.persistence.lease import Lease, take_lease
-from statemachine_agent.persistence.sqlite import SQLiteCheckpointer
-from statemachine_agent.phases.perceive import refresh_tools
+from statemachine_agent.output import DEFAULT_OUTPUT_RETRIES
+from statemachine_agent.persistence.base import Checkpointer, MemoryCheckpointer
 from statemachine_agent.policy.approval import ApprovalPolicy, Decision
 from statemachine_agent.policy.budget import Budget
 from statemachine_agent.policy.context import ContextPolicy
@@ -52,14 +45,11 @@ from statemachine_agent.policy.reflection import ReflectionPolicy
 from statemachine_agent.policy.stall import StallPolicy
 from statemachine_agent.policy.verify import Verifier, VerifyPolicy
 from statemachine_agent.stream.events import StreamEvent
-from statemachine_agent.stream.run import RunStream, StreamTap, iter_sync
+from statemachine_agent.stream.run import RunStream, iter_sync
 from statemachine_agent.subagents import agent_tool, may_pause
-from statemachine_agent.telemetry import TraceSink, provider_name, tracer_provider
 from statemachine_agent.tools.base import Tool
-from statemachine_agent.tools.decorator import tool as make_tool
 from statemachine_agent.tools.registry import ToolRegistry
 from statemachine_agent.tools.toolset import Toolset
-from statemachine_agent.unicode import repair
 
 DEFAULT_STALL = StallPolicy()
 
@@ -151,12 +141,12 @@ class Agent:
             prices: per-model prices, merged over the documented defaults.
             effects: how effects run (in-process unless a durable engine is used).
         """
-        model = _model(model)
-        fallbacks = tuple(_model(m) for m in fallback_models)
-        summarizer = _model(summary_model) if summary_model is not None else None
+        model = model_of(model)
+        fallbacks = tuple(model_of(m) for m in fallback_models)
+        summarizer = model_of(summary_model) if summary_model is not None else None
         if reflection is not None and isinstance(reflection.critic, str):
-            reflection = dataclasses.replace(reflection, critic=_model(reflection.critic))
-        critic = _model(reflection.critic) if reflection and reflection.critic else None
+            reflection = dataclasses.replace(reflection, critic=model_of(reflection.critic))
+        critic = model_of(reflection.critic) if reflection and reflection.critic else None
         if verify is not None and not isinstance(verify, VerifyPolicy):
             verify = VerifyPolicy(verify)
         if not isinstance(audit, Audit):
@@ -167,12 +157,12 @@ class Agent:
         self._verify = verify
         self._audit = audit
         self._tools_given: ToolRegistry | tuple[Tool | Toolset, ...] = (
-            tools if isinstance(tools, ToolRegistry) else tuple(_as_tool(t) for t in tools)
+            tools if isinstance(tools, ToolRegistry) else tuple(tool_of(t) for t in tools)
         )
         registry = (
             tools
             if isinstance(tools, ToolRegistry)
-            else _registry(self._tools_given, context.max_tool_result_chars)
+            else registry_of(self._tools_given, context.max_tool_result_chars)
         )
         budget = budget or Budget()
         settings = RunSettings(
@@ -190,7 +180,7 @@ class Agent:
             )
         self._settings = settings
         effects = effects or InProcessEffects()
-        self._storage: Storage = _storage_option(checkpointer)
+        self._storage: Storage = storage_option(checkpointer)
         store = resolve_checkpointer(self._storage, tools=registry, effects=effects)
         price_table = PriceTable({**DEFAULT_PRICES, **(prices or {})})
         keyed = (model, *fallbacks, *([critic] if critic else []),
@@ -221,7 +211,7 @@ class Agent:
             checkpointer=store,
         )
         if output_type is not None:
-            self._deps = _with_output(self._deps, output_type)
+            self._deps = with_output(self._deps, output_type)
         self._engine = Engine()
 
     def _deps_for(self, output_type: Any) -> AgentDeps:
@@ -230,7 +220,7 @@ class Agent:
             return self._deps
         cached = self._outputs.get(id(output_type))
         if cached is None or cached.output is None or cached.output.output_type is not output_type:
-            cached = self._outputs[id(output_type)] = _with_output(self._deps, output_type)
+            cached = self._outputs[id(output_type)] = with_output(self._deps, output_type)
         return cached
 
     def __repr__(self) -> str:
@@ -465,13 +455,14 @@ class Agent:
         A given `run_id` is leased in the store while the run is driven: another
         driver of it gets `RunLockedError`, or waits for the lease up to `wait` seconds.
         """
-        lease = await self._lease(run_id, wait)
+        lease = await _driving.lease_for(self.checkpointer, run_id, wait)
         try:
-            record = self._new_record(prompt, history, run_id, metadata)
-            return await self._drive(record, cancel=cancel, deadline=deadline, lease=lease,
-                                     deps=self._deps_for(output_type), host_deps=deps)  # fmt: skip
+            record = new_record(self, prompt, history, run_id, metadata)
+            return await _driving.drive(self, record, cancel=cancel, deadline=deadline,
+                                        lease=lease, deps=self._deps_for(output_type),
+                                        host_deps=deps)  # fmt: skip
         finally:
-            self._release(lease)
+            _driving.release(self.checkpointer, lease)
 
     def astream(
         self,
@@ -495,9 +486,10 @@ class Agent:
         `cancelled`, the streamed text kept); `async with` or `aclose()` waits for
         that end. Takes `arun`'s arguments.
         """
-        record = self._new_record(prompt, history, run_id, metadata)
-        return self._stream(record, cancel=cancel, deadline=deadline, leased=run_id is not None,
-                            deps=self._deps_for(output_type), host_deps=deps)  # fmt: skip
+        record = new_record(self, prompt, history, run_id, metadata)
+        return _driving.stream(self, record, cancel=cancel, deadline=deadline,
+                               leased=run_id is not None, deps=self._deps_for(output_type),
+                               host_deps=deps)  # fmt: skip
 
     def stream(
         self,
@@ -512,59 +504,14 @@ class Agent:
         metadata: Mapping[str, Any] | None = None,
     ) -> Iterator[StreamEvent]:
         """`astream` for synchronous code: the run goes on a worker thread's event loop."""
-        record = self._new_record(prompt, history, run_id, metadata)
+        record = new_record(self, prompt, history, run_id, metadata)
         token = cancel or CancelToken()
         services = self._deps_for(output_type)
         return iter_sync(
-            lambda: self._stream(record, cancel=token, deadline=deadline, deps=services,
-                                 host_deps=deps, leased=run_id is not None),
+            lambda: _driving.stream(self, record, cancel=token, deadline=deadline,
+                                    deps=services, host_deps=deps, leased=run_id is not None),
             token,
         )  # fmt: skip
-
-    def _stream(
-        self,
-        record: RunRecord,
-        *,
-        cancel: CancelToken | None,
-        deadline: float | None,
-        deps: AgentDeps,
-        host_deps: Any,
-        writer: CheckpointWriter | None = None,
-        leased: bool = False,
-    ) -> RunStream:
-        """The run of `record` as a stream of its events (see `astream`); `leased`: its
-        id was given, so it is leased while driven, as `arun` leases it."""
-        token = cancel or CancelToken()
-
-        async def start(tap: StreamTap, token: CancelToken) -> RunResult:
-            lease = await self._lease(record.run_id if leased else None, 0.0)
-            try:
-                return await self._drive(record, cancel=token, deadline=deadline, writer=writer,
-                                         deps=deps, host_deps=host_deps, sinks=[tap],
-                                         lease=lease)  # fmt: skip
-            finally:
-                self._release(lease)
-
-        return RunStream(record.run_id, start, token)
-
-    def _new_record(
-        self,
-        prompt: str | Sequence[JSON],
-        history: Sequence[JSON],
-        run_id: str | None,
-        metadata: Mapping[str, Any] | None,
-    ) -> RunRecord:
-        """A fresh run's record (its id checked unused, its metadata checked JSON)."""
-        run_id = run_id or new_run_id()
-        if self.checkpointer is not None and self.checkpointer.bodies(run_id):
-            raise ValueError(f"run id {run_id!r} is already stored; resume it or use a new id")
-        return RunRecord(
-            run_id=run_id,
-            settings=self._settings,
-            messages=with_prompt(history, prompt),
-            turn=1 + sum(1 for m in history if _is_user_prompt(m)),
-            metadata=_metadata(metadata),
-        )
 
     def start(
         self,
@@ -629,113 +576,20 @@ class Agent:
                 "resume needs a checkpointer: Agent(checkpointer=<a Checkpointer or a "
                 "SQLite file path>)"
             )
-        lease = await self._lease(run_id, wait)
+        lease = await _driving.lease_for(self.checkpointer, run_id, wait)
         try:
-            extra = _metadata(metadata)
-            record = load_record(self.checkpointer, run_id)
-            services = self._deps_for(output_type)
-            if services.tools.toolsets:
-                await services.tools.refresh()  # a toolset's tools count (its failures: drive's)
-            check_tools(record, services.tools.names)
-            writer = CheckpointWriter.resumed(record)  # before the record is set up to go on,
-            prepare_resume(record, decisions or {})  # so that setup is checkpointed too
-            if extra:
-                record.metadata = {**record.metadata, **extra}
-            return await self._drive(record, cancel=cancel, writer=writer, lease=lease,
-                                     deps=services, host_deps=deps)  # fmt: skip
-        finally:
-            self._release(lease)
-
-    async def _lease(self, run_id: str | None, wait: float) -> Lease | None:
-        """The lease of a run id others may know (given, or resumed); None for a store
-        that does not lease (or none at all)."""
-        store = self.checkpointer
-        if run_id is None or not isinstance(store, LeasingCheckpointer):
-            return None
-        return await take_lease(store, run_id, wait)
-
-    def _release(self, lease: Lease | None) -> None:
-        if lease is not None and isinstance(self.checkpointer, LeasingCheckpointer):
-            self.checkpointer.release(lease)
-
-    async def _drive(
-        self,
-        record: RunRecord,
-        *,
-        cancel: CancelToken | None,
-        deadline: float | None = None,
-        writer: CheckpointWriter | None = None,
-        deps: AgentDeps | None = None,
-        host_deps: Any = None,
-        sinks: Sequence[AuditSink] = (),
-        parent: PhaseContext | None = None,
-        lease: Lease | None = None,
-    ) -> RunResult:
-        """Drive a record to its end; `writer` (of its checkpoints so far) means a resume;
-        `host_deps` are the host's `deps=` for its tools; `sinks` this run's own audit
-        sinks, after the agent's; `parent` is the run that started this one as a
-        sub-agent (its events then join the parent's trail)."""
-        if deadline is not None:
-            cancel = cancel or CancelToken()
-            cancel.cancel_after(deadline)
-        own: JsonlSink | None = None
-        if parent is not None:
-            emitter = self._child_emitter(record, parent, sinks)
-        else:
-            audit = self._audit
-            every: list[AuditSink] = [*audit.sinks, *sinks]
-            tracers = tracer_provider(audit.tracer_provider)
-            if tracers is not None:
-                every.append(TraceSink(tracers, self._name, provider_name(self.model)))
-            chain = Chain(audit.audit_key)
-            run_file = audit.run_file(record.run_id)
-            if run_file is not None:
-                record.audit_path = run_file
-                cipher = getattr(self.checkpointer, "cipher", None)
-                own = JsonlSink(run_file, audit_key=audit.audit_key, cipher=cipher)
-                every.append(own)
-                chain = own.chain
-            emitter = Emitter(record.run_id, sinks=every, redactor=self._redactor,
-                              logger=audit.logger, metadata=record.metadata,
-                              chain=chain)  # fmt: skip
-        if lease is not None and lease.taken_over_from is not None:
-            taken = {"previous_owner": lease.taken_over_from, "expired_at": lease.expired_at}
-            emitter.emit("lease.taken_over", owner=lease.owner, **taken)
-        ctx = PhaseContext(state=record, deps=deps or self._deps, emitter=emitter,
-                           host_deps=host_deps)  # fmt: skip
-        ctx.writer = writer
-        try:
-            await refresh_tools(ctx)  # a toolset's tools, before the run lists them
-            return await self._engine.drive(
-                ctx,
-                cancel=cancel,
-                resumed=writer is not None,
+            record, writer, services = await resumed(
+                self,
+                self.checkpointer,
+                run_id,
+                decisions=decisions or {},
+                output_type=output_type,
+                metadata=metadata,
             )
+            return await _driving.drive(self, record, cancel=cancel, writer=writer, lease=lease,
+                                        deps=services, host_deps=deps)  # fmt: skip
         finally:
-            if own is not None:
-                own.close()
-
-    def _child_emitter(
-        self, record: RunRecord, parent: PhaseContext, extra: Sequence[AuditSink]
-    ) -> Emitter:
-        """A sub-agent run's emitter: the parent's audit file, hash chain, sinks and logger
-        (and this agent's own sinks), both agents' secrets masked, every event linked.
-        The parent's trace sink is its run's alone: the child gets one of its own, its
-        run span a child of the parent's span of the tool call."""
-        up = parent.emitter
-        shared = [s for s in up.sinks if not isinstance(s, TraceSink)]
-        sinks = [*shared, *(s for s in (*self._audit.sinks, *extra) if s not in shared)]
-        call = record.parent["tool_use_id"] if record.parent is not None else ""
-        traced = next((s for s in up.sinks if isinstance(s, TraceSink)), None)
-        if traced is not None:
-            sinks.append(traced.for_child(self._name, provider_name(self.model), call))
-        record.audit_path = parent.state.audit_path
-        links = {"parent_run_id": parent.state.run_id}
-        if record.parent is not None:
-            links["parent_tool_use_id"] = call
-        return Emitter(record.run_id, sinks=sinks, redactor=up.redactor.joined(self._redactor),
-                       logger=up.logger if up.logger_chosen else self._audit.logger,
-                       metadata=record.metadata, chain=up.chain, links=links)  # fmt: skip
+            _driving.release(self.checkpointer, lease)
 
     def as_tool(self, *, name: str | None = None, description: str | None = None) -> Tool:
         """This agent as a tool of another agent: a sub-agent.
@@ -778,91 +632,6 @@ class RunHandle:
         return self._task.__await__()
 
 
-def with_prompt(history: Sequence[JSON], prompt: str | Sequence[JSON]) -> list[JSON]:
-    """The history with the new prompt as the last user message.
-
-    A history ending with a user message (a turn cancelled after its tool
-    results) gets the prompt added to that message, so roles keep alternating.
-    """
-    messages = [dict(m) for m in repair(list(history))]
-    prompt = repair(prompt)
-    if isinstance(prompt, str):
-        if not messages or messages[-1].get("role") != "user":
-            return [*messages, {"role": "user", "content": prompt}]
-        add_user_text(messages, prompt)
-        return messages
-    blocks = [dict(b) for b in prompt]
-    if messages and messages[-1].get("role") == "user":
-        last = messages[-1]
-        content = last.get("content")
-        earlier = [{"type": "text", "text": content}] if isinstance(content, str) else content
-        last["content"] = [*list(earlier or []), *blocks]
-        return messages
-    return [*messages, {"role": "user", "content": blocks}]
-
-
-def _metadata(metadata: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The run's metadata checked: a mapping of JSON values, as every checkpoint holds it."""
-    if metadata is None:
-        return {}
-    if not isinstance(metadata, Mapping):
-        raise TypeError(f"metadata must be a mapping, got {type(metadata).__name__}")
-    return cast("dict[str, Any]", to_plain(dict(metadata), "metadata"))
-
-
-def new_run_id() -> str:
-    return f"run_{uuid.uuid4().hex[:16]}"
-
-
-def _model(model: Model | str) -> Model:
-    """A model name means a Claude model through the Anthropic SDK."""
-    if isinstance(model, str):
-        from statemachine_agent.models.anthropic import AnthropicModel
-
-        return AnthropicModel(model)
-    return model
-
-
-def _as_tool(item: Tool | Toolset | Callable[..., Any]) -> Tool | Toolset:
-    return item if isinstance(item, Tool | Toolset) else make_tool(item)
-
-
-def _registry(tools: Iterable[Tool | Toolset], max_result_chars: int) -> ToolRegistry:
-    registry = ToolRegistry(max_result_chars=max_result_chars)
-    for item in tools:
-        if isinstance(item, Toolset):
-            registry.add_toolset(item)
-        else:
-            registry.register(item)
-    return registry
-
-
-def _storage_option(checkpointer: Storage) -> Storage:
-    """The `checkpointer=` argument checked, a path opened as its SQLite store."""
-    if checkpointer is None or checkpointer is False:
-        return checkpointer
-    if isinstance(checkpointer, bool):
-        raise TypeError(
-            "checkpointer=True names no store: pass a Checkpointer, a SQLite file path, "
-            "or False for none"
-        )
-    if isinstance(checkpointer, str | PathLike):
-        path = Path(checkpointer)
-        if path.is_dir():
-            raise ValueError(
-                f"checkpointer={str(path)!r} is a folder; name the SQLite file, "
-                f"e.g. checkpointer={str(path / 'runs.sqlite3')!r}"
-            )
-        return SQLiteCheckpointer(path)
-    missing = [m for m in ("append", "bodies", "runs", "close") if not hasattr(checkpointer, m)]
-    if missing:
-        raise TypeError(
-            f"checkpointer={checkpointer!r} is not a Checkpointer (it lacks "
-            f"{', '.join(missing)}); pass a Checkpointer, a SQLite file path, or False"
-        )
-    return checkpointer
-
-
 def resolve_checkpointer(
     checkpointer: Storage, *, tools: ToolRegistry, effects: Effects
 ) -> Checkpointer | None:
@@ -883,7 +652,7 @@ def resolve_checkpointer(
     if checkpointer is False:
         return None
     if checkpointer is not None:
-        return _storage_option(checkpointer)  # type: ignore[return-value]
+        return storage_option(checkpointer)  # type: ignore[return-value]
     in_process = isinstance(effects, InProcessEffects)
     approvals = any(may_pause(t) for t in tools) or any(
         t.may_require_approval for t in tools.toolsets
@@ -908,24 +677,3 @@ def _read_only(name: str) -> str:
 
 SETTINGS: tuple[str, ...] = tuple(inspect.signature(Agent.__init__).parameters)[1:]
 """The agent's settings: its constructor's parameters, each a read-only property."""
-
-
-def _with_output(deps: AgentDeps, output_type: Any) -> AgentDeps:
-    """The services with `output_type` as the answer's type: its `final_result` tool
-    replaces any other output type's."""
-    spec = output_spec(output_type)
-    tools = [t for t in deps.tools if t.name != OUTPUT_TOOL]
-    registry = ToolRegistry(
-        [*tools, spec.tool()], max_result_chars=deps.context.max_tool_result_chars
-    )
-    return dataclasses.replace(deps, tools=registry, output=spec)
-
-
-def _is_user_prompt(message: Mapping[str, Any]) -> bool:
-    """A user message that asks something (not one that only carries tool results)."""
-    if message.get("role") != "user":
-        return False
-    content = message.get("content")
-    if isinstance(content, str):
-        return True
-    return any(isinstance(b, Mapping) and b.get("type") != "tool_result" for b in content or ())

@@ -31,6 +31,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from statemachine_agent._records import new_record
 from statemachine_agent.machine.ends import END_STATES, RESUMABLE_STATES
 from statemachine_agent.machine.resume import prepare_resume
 from statemachine_agent.models.base import Usage
@@ -189,6 +190,8 @@ async def drive_child(
 ) -> SubRun:
     """Start the child of one call, or resume it (paused, cancelled or interrupted by a
     crash of the parent), capped by what the parent has left; return how it ended."""
+    from statemachine_agent._driving import drive  # it imports the phases, which import this
+
     prun = parent.state
     link = prun.subagents.runs.get(tool_use_id) or {}
     run_id = str(link.get("run_id") or child_run_id(prun.run_id, tool_use_id))
@@ -202,7 +205,7 @@ async def drive_child(
         writer = CheckpointWriter.resumed(record)
         prepare_resume(record, decisions)
     else:
-        record = agent._new_record(task, (), run_id, prun.metadata)
+        record = new_record(agent, task, (), run_id, prun.metadata)
         record.parent = {"run_id": prun.run_id, "tool_use_id": tool_use_id}
     charged = Usage.from_dict(link.get("usage") or {}), float(link.get("cost_usd") or 0.0)
     budget = capped(agent.budget, parent, record, charged)
@@ -214,9 +217,9 @@ async def drive_child(
                 "max_total_tokens": budget.max_total_tokens, "max_seconds": budget.max_seconds},
     )  # fmt: skip
     with muted():  # the child's replies are not the reply a watcher of the parent reads
-        result = await agent._drive(
-            record, cancel=parent.cancel, writer=writer, deps=deps, host_deps=parent.host_deps,
-            parent=parent,
+        result = await drive(
+            agent, record, cancel=parent.cancel, writer=writer, deps=deps,
+            host_deps=parent.host_deps, parent=parent,
         )  # fmt: skip
     details = result.details or {}
     salvage = details.get("salvage")

@@ -1,6 +1,6 @@
 """Run a run and hand out its events as they happen: `RunStream` (async) and `iter_sync`.
 
-The run is the ordinary run (`Agent._drive`), its table unchanged; the stream
+The run is the ordinary run (`_driving.drive`), its table unchanged; the stream
 only listens, in two places: the model adapter's deltas (a `listening` context
 around the run's task) and the run's audit events (`StreamTap` is one more audit
 sink). Leaving the stream early cancels the run through its `CancelToken`, so it

@@ -1,0 +1,152 @@
+"""Driving one run of an agent: its lease, its audit trail, and the engine.
+
+Every way a run goes (`Agent.arun`, `astream`, `stream`, `aresume`, and a
+sub-agent's call in `subagents.drive_child`) ends in `drive`: the record, the
+agent's services and an emitter (the run's own audit file and sinks, or for a
+sub-agent its parent's trail) make the run's context, and the agent's engine
+drives it to an end state. A run id others may know is leased around that
+(`lease_for`, `release`), so only one worker drives it at a time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from statemachine_agent.audit.chain import Chain
+from statemachine_agent.audit.events import Emitter
+from statemachine_agent.audit.sink import AuditSink, JsonlSink
+from statemachine_agent.machine.context import AgentDeps, PhaseContext
+from statemachine_agent.machine.engine import CancelToken
+from statemachine_agent.machine.result import RunResult
+from statemachine_agent.machine.run import RunRecord
+from statemachine_agent.persistence.base import Checkpointer, LeasingCheckpointer
+from statemachine_agent.persistence.delta import CheckpointWriter
+from statemachine_agent.persistence.lease import Lease, take_lease
+from statemachine_agent.phases.perceive import refresh_tools
+from statemachine_agent.stream.run import RunStream, StreamTap
+from statemachine_agent.telemetry import TraceSink, provider_name, tracer_provider
+
+if TYPE_CHECKING:
+    from statemachine_agent.agent import Agent
+
+
+async def lease_for(store: Checkpointer | None, run_id: str | None, wait: float) -> Lease | None:
+    """The lease of a run id others may know (given, or resumed); None for a store
+    that does not lease (or none at all)."""
+    if run_id is None or not isinstance(store, LeasingCheckpointer):
+        return None
+    return await take_lease(store, run_id, wait)
+
+
+def release(store: Checkpointer | None, lease: Lease | None) -> None:
+    if lease is not None and isinstance(store, LeasingCheckpointer):
+        store.release(lease)
+
+
+def stream(
+    agent: Agent,
+    record: RunRecord,
+    *,
+    cancel: CancelToken | None,
+    deadline: float | None,
+    deps: AgentDeps,
+    host_deps: Any,
+    writer: CheckpointWriter | None = None,
+    leased: bool = False,
+) -> RunStream:
+    """The run of `record` as a stream of its events (see `Agent.astream`); `leased`:
+    its id was given, so it is leased while driven, as `arun` leases it."""
+    token = cancel or CancelToken()
+
+    async def start(tap: StreamTap, token: CancelToken) -> RunResult:
+        held = await lease_for(agent.checkpointer, record.run_id if leased else None, 0.0)
+        try:
+            return await drive(agent, record, cancel=token, deadline=deadline, writer=writer,
+                               deps=deps, host_deps=host_deps, sinks=[tap],
+                               lease=held)  # fmt: skip
+        finally:
+            release(agent.checkpointer, held)
+
+    return RunStream(record.run_id, start, token)
+
+
+async def drive(
+    agent: Agent,
+    record: RunRecord,
+    *,
+    cancel: CancelToken | None,
+    deadline: float | None = None,
+    writer: CheckpointWriter | None = None,
+    deps: AgentDeps | None = None,
+    host_deps: Any = None,
+    sinks: Sequence[AuditSink] = (),
+    parent: PhaseContext | None = None,
+    lease: Lease | None = None,
+) -> RunResult:
+    """Drive a record to its end; `writer` (of its checkpoints so far) means a resume;
+    `host_deps` are the host's `deps=` for its tools; `sinks` this run's own audit
+    sinks, after the agent's; `parent` is the run that started this one as a
+    sub-agent (its events then join the parent's trail)."""
+    if deadline is not None:
+        cancel = cancel or CancelToken()
+        cancel.cancel_after(deadline)
+    own: JsonlSink | None = None
+    if parent is not None:
+        emitter = child_emitter(agent, record, parent, sinks)
+    else:
+        audit = agent.audit
+        every: list[AuditSink] = [*audit.sinks, *sinks]
+        tracers = tracer_provider(audit.tracer_provider)
+        if tracers is not None:
+            every.append(TraceSink(tracers, agent.name, provider_name(agent.model)))
+        chain = Chain(audit.audit_key)
+        run_file = audit.run_file(record.run_id)
+        if run_file is not None:
+            record.audit_path = run_file
+            cipher = getattr(agent.checkpointer, "cipher", None)
+            own = JsonlSink(run_file, audit_key=audit.audit_key, cipher=cipher)
+            every.append(own)
+            chain = own.chain
+        emitter = Emitter(record.run_id, sinks=every, redactor=agent._redactor,
+                          logger=audit.logger, metadata=record.metadata,
+                          chain=chain)  # fmt: skip
+    if lease is not None and lease.taken_over_from is not None:
+        taken = {"previous_owner": lease.taken_over_from, "expired_at": lease.expired_at}
+        emitter.emit("lease.taken_over", owner=lease.owner, **taken)
+    ctx = PhaseContext(state=record, deps=deps or agent._deps, emitter=emitter,
+                       host_deps=host_deps)  # fmt: skip
+    ctx.writer = writer
+    try:
+        await refresh_tools(ctx)  # a toolset's tools, before the run lists them
+        return await agent._engine.drive(
+            ctx,
+            cancel=cancel,
+            resumed=writer is not None,
+        )
+    finally:
+        if own is not None:
+            own.close()
+
+
+def child_emitter(
+    agent: Agent, record: RunRecord, parent: PhaseContext, extra: Sequence[AuditSink]
+) -> Emitter:
+    """A sub-agent run's emitter: the parent's audit file, hash chain, sinks and logger
+    (and this agent's own sinks), both agents' secrets masked, every event linked.
+    The parent's trace sink is its run's alone: the child gets one of its own, its
+    run span a child of the parent's span of the tool call."""
+    up = parent.emitter
+    shared = [s for s in up.sinks if not isinstance(s, TraceSink)]
+    sinks = [*shared, *(s for s in (*agent.audit.sinks, *extra) if s not in shared)]
+    call = record.parent["tool_use_id"] if record.parent is not None else ""
+    traced = next((s for s in up.sinks if isinstance(s, TraceSink)), None)
+    if traced is not None:
+        sinks.append(traced.for_child(agent.name, provider_name(agent.model), call))
+    record.audit_path = parent.state.audit_path
+    links = {"parent_run_id": parent.state.run_id}
+    if record.parent is not None:
+        links["parent_tool_use_id"] = call
+    return Emitter(record.run_id, sinks=sinks, redactor=up.redactor.joined(agent._redactor),
+                   logger=up.logger if up.logger_chosen else agent.audit.logger,
+                   metadata=record.metadata, chain=up.chain, links=links)  # fmt: skip
