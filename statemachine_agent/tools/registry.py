@@ -5,46 +5,41 @@ the handler did: the loop only ever sees outcomes, and the model always gets
 an answer it can act on (what was wrong, and how to fix it). Each tool's error
 policy (`Tool.on_error`, `Tool.untrusted`) is carried out here too, so that
 every engine gets the same behaviour from the same declaration.
+
+How a tool and a call's input are checked is `_validation`; how one handler is run
+(its task, its timeout, its thread, its value made text) is `_execution`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import contextvars
-import copy
 import dataclasses
-import enum
 import html
 import inspect
-import json
 import re
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from datetime import date, datetime
-from datetime import time as dt_time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import jsonschema
-import pydantic
 
+from ._execution import (
+    EMPTY_RESULT,
+    AbandonedError,
+    EscapedError,
+    HandlerTimeoutError,
+    cancel_requested,
+    describe_exc,
+    render,
+    run_handler,
+)
+from ._validation import input_problem, input_validator
 from .base import IDEMPOTENCY_PARAM, JSON, ErrorKind, Tool, ToolCall, ToolContent, ToolOutcome
 from .context import call_context, context_parameter
-from .decorator import TOOL_NAME_PATTERN
 from .threads import DaemonWorkers
 from .toolset import Toolset, ToolsetError
 
 __all__ = ["EMPTY_RESULT", "UNTRUSTED_TAG", "ToolError", "ToolRegistry", "wrap_untrusted"]
-
-EMPTY_RESULT = "(empty result)"
-"""Said instead of nothing, so the model knows the tool ran and found nothing."""
-
-_CANCEL_GRACE_S = 1.0
-"""How long a timed-out async handler gets to honour its cancellation (at most its
-own timeout) before its task is abandoned."""
-
-_MAX_ERROR_DETAIL_CHARS = 300
-"""One validation error may quote a huge input; keep each short so the schema stays visible."""
 
 UNTRUSTED_TAG = "untrusted_content"
 """The delimiter around results of `untrusted` tools."""
@@ -96,18 +91,7 @@ class ToolRegistry:
             raise TypeError(f"Expected a Tool, got {type(tool).__name__} (did you forget @tool?)")
         if tool.name in self._tools:
             raise ValueError(f"A tool named {tool.name!r} is already registered")
-        if not TOOL_NAME_PATTERN.fullmatch(tool.name):
-            raise ValueError(
-                f"Invalid tool name {tool.name!r}: use 1-64 letters, digits, '_' or '-'"
-            )
-        schema = dict(tool.input_schema)
-        try:
-            jsonschema.Draft202012Validator.check_schema(schema)
-        except jsonschema.SchemaError as exc:
-            raise ValueError(
-                f"Tool {tool.name!r} has an invalid input_schema: {exc.message}"
-            ) from exc
-        self._validators[tool.name] = jsonschema.Draft202012Validator(schema)
+        self._validators[tool.name] = input_validator(tool)
         if _wants_idempotency_key(tool):
             self._keyed.add(tool.name)
         try:
@@ -200,12 +184,12 @@ class ToolRegistry:
         try:
             outcome = await self._execute(call)
         except asyncio.CancelledError:
-            if _cancel_requested():
+            if cancel_requested():
                 raise
             # Defensive: a handler's own CancelledError is answered in `_run`.
             outcome = self._error(call, "raised", f"{call.name} raised CancelledError")
         except Exception as exc:  # a bug of ours, not the tool's: still an answer
-            outcome = self._error(call, "raised", f"{call.name} raised {_describe_exc(exc)}")
+            outcome = self._error(call, "raised", f"{call.name} raised {describe_exc(exc)}")
         # Cut first, then wrap: the wrapper's closing delimiter and note must survive.
         outcome = self._truncate(outcome)
         outcome = self._guard_untrusted(outcome)
@@ -255,7 +239,7 @@ class ToolRegistry:
             return self._error(
                 call, "unknown_tool", f"Unknown tool {call.name!r}. Available tools: {available}"
             )
-        problem = self._validate(found, call.input)
+        problem = input_problem(found, self._validators[found.name], call.input)
         if problem is not None:
             return self._error(call, "invalid_input", problem)
         return await self._run(found, call)
@@ -273,8 +257,8 @@ class ToolRegistry:
         while True:
             attempt += 1
             try:
-                value = await _run_handler(found, call, self._extras(found, call), self._workers)
-            except _AbandonedError as exc:
+                value = await run_handler(found, call, self._extras(found, call), self._workers)
+            except AbandonedError as exc:
                 # Not transient: the first attempt may still be running, and may yet act.
                 failure = _Failure(
                     "abandoned",
@@ -282,13 +266,13 @@ class ToolRegistry:
                     f"and ignored cancellation: abandoned after {exc.seconds:.1f} s; it may "
                     "still be running. Continue without this result",
                 )
-            except _EscapedError as exc:
+            except EscapedError as exc:
                 failure = _Failure(
                     "raised",
-                    f"{found.name} raised {_describe_exc(exc.original)}",
+                    f"{found.name} raised {describe_exc(exc.original)}",
                     transient=isinstance(exc.original, found.retry_on),
                 )
-            except _HandlerTimeoutError:
+            except HandlerTimeoutError:
                 failure = _Failure(
                     "timeout",
                     f"Tool {found.name!r} did not finish within {float(found.timeout or 0)} s; "
@@ -303,7 +287,7 @@ class ToolRegistry:
                     deliberate=True,
                 )
             except asyncio.CancelledError as exc:
-                if _cancel_requested():
+                if cancel_requested():
                     raise
                 # The handler raised CancelledError on its own: a failure, not our cancellation.
                 failure = _Failure(
@@ -314,7 +298,7 @@ class ToolRegistry:
             except Exception as exc:
                 failure = _Failure(
                     "raised",
-                    f"{found.name} raised {_describe_exc(exc)}",
+                    f"{found.name} raised {describe_exc(exc)}",
                     transient=isinstance(exc, found.retry_on),
                 )
             else:
@@ -332,9 +316,9 @@ class ToolRegistry:
                 content = value.text if value.text.strip() else EMPTY_RESULT
                 data = value.data
             else:
-                content, data = _render(value)
+                content, data = render(value)
         except Exception as exc:  # e.g. a result whose str() raises; retrying would not help
-            failure = _Failure("raised", f"{found.name} raised {_describe_exc(exc)}")
+            failure = _Failure("raised", f"{found.name} raised {describe_exc(exc)}")
             return self._failed(call, found, failure, attempt)
         return ToolOutcome(
             tool_use_id=call.id,
@@ -355,29 +339,6 @@ class ToolRegistry:
         if param is not None:
             extras[param] = call_context(call.id, call.idempotency_key, call.name)
         return extras
-
-    def _validate(self, found: Tool, given: Any) -> str | None:
-        """Why the input does not fit the schema, worded for the model; None if it fits."""
-        if not isinstance(given, Mapping):
-            schema_text = json.dumps(dict(found.input_schema), ensure_ascii=False)
-            return (
-                f"Invalid input for tool {found.name!r}: expected a JSON object of arguments, "
-                f"got {_json_type(given)}.\nExpected input schema: {schema_text}"
-            )
-        errors = sorted(
-            self._validators[found.name].iter_errors(dict(given)),
-            key=lambda err: (list(map(str, err.absolute_path)), err.message),
-        )
-        if not errors:
-            return None
-        schema_text = json.dumps(dict(found.input_schema), ensure_ascii=False)
-        lines = [f"- {err.json_path}: {_clip(err.message)}" for err in errors]
-        return (
-            f"Invalid input for tool {found.name!r} ({len(errors)} "
-            f"{'error' if len(errors) == 1 else 'errors'}):\n"
-            + "\n".join(lines)
-            + f"\nFix the input to match the expected input schema: {schema_text}"
-        )
 
     def _error(self, call: ToolCall, kind: ErrorKind, message: str) -> ToolOutcome:
         return ToolOutcome(
@@ -427,26 +388,6 @@ class ToolRegistry:
         return dataclasses.replace(outcome, content=content, extra=extra)
 
 
-class _HandlerTimeoutError(Exception):
-    """Our deadline passed; distinct from a `TimeoutError` the handler raised itself."""
-
-
-class _AbandonedError(Exception):
-    """The handler outlived its timeout and ignored cancellation; we stopped waiting."""
-
-    def __init__(self, seconds: float) -> None:
-        super().__init__(f"abandoned after {seconds:.1f} s")
-        self.seconds = seconds
-
-
-class _EscapedError(Exception):
-    """A handler raised a `BaseException` (`SystemExit`, ...): carried as an ordinary error."""
-
-    def __init__(self, original: BaseException) -> None:
-        super().__init__(_describe_exc(original))
-        self.original = original
-
-
 @dataclasses.dataclass(frozen=True, slots=True)
 class _Failure:
     """One failed attempt, before the policy decides what becomes of it."""
@@ -479,137 +420,6 @@ def wrap_untrusted(content: str, source: str) -> str:
     )
 
 
-async def _run_handler(
-    found: Tool, call: ToolCall, extras: Mapping[str, Any], workers: DaemonWorkers
-) -> Any:
-    """The handler's return value, run as a task of its own under the tool's timeout.
-
-    The handler gets a deep copy of the input: a handler that keeps what it was
-    given and changes it later must not change the call the history, the
-    checkpoint and the audit trail recorded. Its own task is what lets a
-    handler that ignores cancellation be abandoned instead of holding the run.
-    """
-    kwargs = copy.deepcopy(dict(call.input))
-    kwargs.update(extras)
-    task = asyncio.ensure_future(_guarded(found.handler, kwargs, workers))
-    task.add_done_callback(_retrieve)
-    started = time.perf_counter()
-    try:
-        done, _ = await asyncio.wait({task}, timeout=found.timeout)
-    except asyncio.CancelledError:
-        # Our own cancellation: tell the handler, give it the grace period to stop,
-        # then abandon it; the cancellation goes on either way.
-        task.cancel()
-        try:
-            await asyncio.wait({task}, timeout=_grace(found))
-        finally:
-            _abandon(task)
-        raise
-    if done:
-        return task.result()
-    task.cancel()
-    try:
-        await asyncio.wait({task}, timeout=_grace(found))
-    finally:
-        abandoned = not task.done()
-        _abandon(task)
-    if abandoned:
-        raise _AbandonedError(time.perf_counter() - started)
-    raise _HandlerTimeoutError
-
-
-def _grace(found: Tool) -> float:
-    """How long a cancelled handler may take to stop: at most as long as it could run."""
-    return min(_CANCEL_GRACE_S, float(found.timeout or _CANCEL_GRACE_S))
-
-
-async def _guarded(
-    handler: Callable[..., Any], kwargs: dict[str, Any], workers: DaemonWorkers
-) -> Any:
-    """Await the handler; a `BaseException` it raises becomes `_EscapedError`.
-
-    asyncio re-raises a task's `SystemExit` or `KeyboardInterrupt` out of the
-    event loop itself, so the conversion has to happen inside the task. Sync
-    handlers get the same conversion on their thread: one raise, one outcome.
-    """
-    try:
-        if inspect.iscoroutinefunction(handler):
-            result = await handler(**kwargs)
-        else:
-            result = await _run_in_thread(workers, handler, kwargs)
-        if inspect.isawaitable(result):
-            # A sync callable that returned a coroutine (e.g. a wrapped async function).
-            result = await result
-    except (Exception, asyncio.CancelledError):
-        raise
-    except BaseException as exc:
-        raise _EscapedError(exc) from None
-    return result
-
-
-def _abandon(task: asyncio.Future[Any]) -> None:
-    """Stop awaiting a task that ignored its cancellation, and close its coroutine.
-
-    Closing throws `GeneratorExit` where it waits, which ends a handler that only
-    swallows `CancelledError`; otherwise the loop's own shutdown, which waits
-    for every task, would hang on it. A handler that swallows even that, or
-    work it handed to threads, may run on: the outcome says so.
-    """
-    if task.done():
-        return
-    coro = task.get_coro() if isinstance(task, asyncio.Task) else None
-    if coro is not None and inspect.iscoroutine(coro):
-        # It may answer with "coroutine ignored GeneratorExit", or with the error
-        # `_guarded` makes of it: either way we are done with it.
-        with contextlib.suppress(Exception):
-            coro.close()
-    # Wake the task (its timer may have gone with the coroutine) so it ends too.
-    task.cancel()
-
-
-def _retrieve(task: asyncio.Future[Any]) -> None:
-    """Mark a finished handler task's exception as seen (its outcome says what happened)."""
-    if not task.cancelled():
-        task.exception()
-
-
-async def _run_in_thread(
-    workers: DaemonWorkers, fn: Callable[..., Any], kwargs: dict[str, Any]
-) -> Any:
-    """Run a sync handler on a daemon worker thread and await its result.
-
-    A thread nobody waits for any more just finishes, or dies with the process
-    (see `threads.py`). It cannot be killed earlier: Python has no way to stop
-    a thread.
-    """
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[Any] = loop.create_future()
-    context = contextvars.copy_context()  # keep e.g. structlog's bound context
-
-    def settle(error: BaseException | None, value: Any) -> None:
-        if future.done():  # cancelled: the call timed out or the run was cancelled
-            return
-        if error is not None:
-            future.set_exception(error)
-        else:
-            future.set_result(value)
-
-    def work() -> None:
-        error: BaseException | None = None
-        value: Any = None
-        try:
-            value = context.run(fn, **kwargs)
-        except Exception as exc:
-            error = exc
-        except BaseException as exc:  # SystemExit etc. must not escape into the loop
-            error = _EscapedError(exc)
-        with contextlib.suppress(RuntimeError):  # the loop closed: nobody is waiting
-            loop.call_soon_threadsafe(settle, error, value)
-
-    workers.submit(work)
-    return await future
-
-
 def _wants_idempotency_key(found: Tool) -> bool:
     """Whether the handler declares an `idempotency_key` parameter."""
     target = getattr(found.handler, "__wrapped__", found.handler)
@@ -617,61 +427,3 @@ def _wants_idempotency_key(found: Tool) -> bool:
         return IDEMPOTENCY_PARAM in inspect.signature(target).parameters
     except (TypeError, ValueError):
         return False
-
-
-def _cancel_requested() -> bool:
-    task = asyncio.current_task()
-    return task is None or task.cancelling() > 0
-
-
-def _render(value: Any) -> tuple[str, Any]:
-    """The text the model reads, and the raw value kept for the engine (None for text)."""
-    if value is None:
-        return EMPTY_RESULT, None
-    if isinstance(value, str):
-        return (value if value.strip() else EMPTY_RESULT), None
-    try:
-        text = json.dumps(value, ensure_ascii=False, default=_json_default)
-    except (TypeError, ValueError):  # e.g. non-string keys or a reference cycle
-        text = str(value)
-    return (text if text.strip() else EMPTY_RESULT), value
-
-
-def _json_default(value: Any) -> Any:
-    """Readable JSON for common non-JSON values; `str()` for the rest."""
-    if isinstance(value, pydantic.BaseModel):
-        return value.model_dump(mode="json")
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return dataclasses.asdict(value)
-    if isinstance(value, enum.Enum):
-        return value.value
-    if isinstance(value, datetime | date | dt_time):
-        return value.isoformat()
-    if isinstance(value, set | frozenset | tuple):
-        return list(value)
-    return str(value)
-
-
-def _describe_exc(exc: BaseException) -> str:
-    message = str(exc).strip()
-    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
-
-
-def _clip(text: str) -> str:
-    if len(text) <= _MAX_ERROR_DETAIL_CHARS:
-        return text
-    return text[:_MAX_ERROR_DETAIL_CHARS] + "..."
-
-
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list | tuple):
-        return "an array"
-    return type(value).__name__
