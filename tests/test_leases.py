@@ -28,6 +28,7 @@ from statemachine_agent.persistence.lease import LeaseLostError
 from statemachine_agent.testing import replies
 from statemachine_agent.testing.postgres import LocalPostgres
 from statemachine_agent.testing.validator import validate_request
+from tests.support.barrier import start_together
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -68,16 +69,6 @@ def outcome(process: subprocess.Popen[str]) -> dict[str, Any]:
     if process.returncode != 0:
         return {"outcome": "died", "returncode": process.returncode, "stderr": err}
     return dict(json.loads(out.strip().splitlines()[-1]))
-
-
-def start_together(processes: list[subprocess.Popen[str]], folder: Path) -> None:
-    """Let the workers go once every one has imported and built its agent."""
-    deadline = time.monotonic() + 120
-    while len(list(folder.glob("ready.*"))) < len(processes):
-        assert time.monotonic() < deadline, "workers did not get ready"
-        assert all(p.poll() is None for p in processes), [outcome(p) for p in processes]
-        time.sleep(0.02)
-    (folder / "go").write_text("")
 
 
 def paused_run(spec: str, folder: Path) -> str:

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import sqlite3
+import subprocess
+import sys
 import time
+import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -20,8 +26,12 @@ from statemachine_agent import (
 )
 from statemachine_agent.cli import main
 from statemachine_agent.persistence import MemoryCheckpointer, load_record
+from statemachine_agent.persistence.codec import record_to_plain
+from statemachine_agent.persistence.sql import SCHEMA_VERSION
 from statemachine_agent.testing import replies
 from statemachine_agent.testing.postgres import LocalPostgres
+from tests.support.barrier import start_together
+from tests.support.store_worker import open_target
 
 
 def counting_run(store: object, run_id: str, steps: int) -> None:
@@ -135,12 +145,6 @@ def store_target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return server.dsn
 
 
-def open_target(target: str, **options: object) -> Any:
-    if target.startswith("postgresql://"):
-        return PostgresCheckpointer(target, **options)  # type: ignore[arg-type]
-    return SQLiteCheckpointer(target, **options)  # type: ignore[arg-type]
-
-
 def stamped_run(store: object, run_id: str, metadata: dict[str, Any]) -> None:
     Agent(
         ScriptedModel([replies.text("done")]),
@@ -227,20 +231,94 @@ def _cancelled() -> Any:
     return token
 
 
-def schema_2_store(tmp_path: Path) -> Path:
-    """A SQLite file as a version before metadata and packed rows left it, with one run."""
-    import sqlite3
+@contextmanager
+def connect(target: str) -> Iterator[Any]:
+    """A plain driver connection to the store, committing each statement."""
+    if target.startswith("postgresql://"):
+        import psycopg
 
-    db = tmp_path / "runs.sqlite3"
-    with SQLiteCheckpointer(db, compress=False) as store:
+        with psycopg.connect(target, autocommit=True) as pg:
+            yield pg
+        return
+    con = sqlite3.connect(target, isolation_level=None)
+    try:
+        yield con
+    finally:
+        con.close()
+
+
+def schema_2_store(target: str) -> dict[str, Any]:
+    """Make TARGET a store as a version before metadata and packed rows left it, with
+    one run, and return that run's record as it folded then."""
+    with open_target(target, compress=False) as store:
         counting_run(store, "before", 1)
-    con = sqlite3.connect(db, isolation_level=None)
-    con.execute("ALTER TABLE sma_runs DROP COLUMN metadata")
-    con.execute("ALTER TABLE sma_checkpoints DROP COLUMN packed")
-    con.execute("UPDATE sma_checkpoints SET version = 2")
-    con.execute("UPDATE sma_meta SET value = '2' WHERE key = 'schema_version'")
-    con.close()
-    return db
+        before = record_to_plain(load_record(store, "before"))
+    with connect(target) as con:
+        con.execute("ALTER TABLE sma_runs DROP COLUMN metadata")
+        con.execute("ALTER TABLE sma_checkpoints DROP COLUMN packed")
+        con.execute("UPDATE sma_checkpoints SET version = 2")
+        con.execute("UPDATE sma_meta SET value = '2' WHERE key = 'schema_version'")
+    return before
+
+
+def layout(target: str) -> tuple[list[tuple[str, str]], list[tuple[str]]]:
+    """The store's (table, column) pairs, repeats included, and its `sma_meta` rows."""
+    with connect(target) as con:
+        if target.startswith("postgresql://"):
+            found = con.execute(
+                "SELECT table_name, column_name FROM information_schema.columns "
+                "WHERE table_schema = 'public'"
+            ).fetchall()
+        else:
+            tables = con.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+            found = [
+                (table, column[1])
+                for (table,) in tables
+                for column in con.execute(f"PRAGMA table_info({table})").fetchall()
+            ]
+        meta = con.execute("SELECT value FROM sma_meta").fetchall()
+    return sorted((str(t), str(c)) for t, c in found), [tuple(row) for row in meta]
+
+
+def new_database(dsn: str) -> str:
+    """An empty database of its own on DSN's PostgreSQL server, as a URL."""
+    name = f"sma_{uuid.uuid4().hex[:12]}"
+    with connect(dsn) as con:
+        con.execute(f"CREATE DATABASE {name}")
+    return dsn.rsplit("/", 1)[0] + "/" + name
+
+
+def made_alone(target: str, tmp_path: Path) -> str:
+    """A store of TARGET's kind whose tables one process created alone, to compare with."""
+    alone = new_database(target) if target.startswith("postgresql://") else str(tmp_path / "alone")
+    open_target(alone).close()
+    return alone
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def empty_target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where no store is yet: a new SQLite path, or a new database on the test server."""
+    if request.param == "sqlite":
+        return str(tmp_path / "runs.sqlite3")
+    return new_database(request.getfixturevalue("postgres").dsn)
+
+
+def race(target: str, folder: Path, workers: int = 6) -> list[dict[str, Any]]:
+    """WORKERS processes open the store at the same moment, then each drives a run."""
+    racing = [
+        subprocess.Popen(
+            [sys.executable, "-m", "tests.support.store_worker", target, str(folder), f"w{i}"],
+            cwd=Path(__file__).resolve().parent.parent,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(workers)
+    ]
+    start_together(racing, folder)
+    ended = [(p.wait(timeout=120), *p.communicate()) for p in racing]
+    assert [code for code, _, _ in ended] == [0] * workers, [err for _, _, err in ended]
+    return [json.loads(out) for _, out, _ in ended]
 
 
 def stored_rows(store: Any, run_id: str) -> list[tuple[str, bytes | None]]:
@@ -293,11 +371,8 @@ class TestSchemaUpgrade:
     def test_a_schema_2_store_gains_the_metadata_column(self, tmp_path: Path) -> None:
         """A store written before metadata was listed opens, is upgraded in place, keeps
         its runs (metadata unknown), and lists new runs by metadata."""
-        import sqlite3
-
-        from statemachine_agent.persistence.sql import SCHEMA_VERSION
-
-        db = schema_2_store(tmp_path)
+        db = str(tmp_path / "runs.sqlite3")
+        schema_2_store(db)
         with SQLiteCheckpointer(db) as store:
             stamped_run(store, "after", {"tenant": "acme"})
             assert {r.run_id: r.metadata for r in store.runs()} == {
@@ -314,28 +389,33 @@ class TestSchemaUpgrade:
         assert kinds == [("after", 0, 0), ("before", 1, 1)]  # old rows kept as text
         con.close()
 
-    def test_processes_opening_an_old_store_at_once_upgrade_it_once(self, tmp_path: Path) -> None:
-        """Workers started together against a schema-2 file all open it: the upgrade runs
-        inside the file's write lock, so the second opener finds it done, not half done."""
-        import subprocess
-        import sys
-        import time
-        from subprocess import PIPE
+    def test_processes_opening_an_old_store_at_once_upgrade_it_once(
+        self, empty_target: str, tmp_path: Path
+    ) -> None:
+        """Six workers started together against a schema-2 store all open it: the upgrade
+        runs under the store's setup lock (SQLite's write lock, PostgreSQL's advisory
+        lock), so the others find it done, not half done, and none adds a column again."""
+        before = schema_2_store(empty_target)
+        seen = race(empty_target, tmp_path)
+        assert all("before" in worker["listed"] for worker in seen), seen
+        assert [worker["state"] for worker in seen] == ["completed"] * len(seen)
+        assert layout(empty_target)[1] == [(str(SCHEMA_VERSION),)]
+        assert layout(empty_target) == layout(made_alone(empty_target, tmp_path))
+        with open_target(empty_target) as store:
+            assert record_to_plain(load_record(store, "before")) == before
+            assert {r.run_id: r.metadata for r in store.runs()} == {
+                "before": None,
+                **{f"w{i}": {"worker": f"w{i}"} for i in range(len(seen))},
+            }
 
-        db = schema_2_store(tmp_path)
-        go = time.time() + 2.0
-        code = (
-            "import sys, time\n"
-            "from statemachine_agent.persistence.sqlite import SQLiteCheckpointer\n"
-            f"time.sleep(max(0.0, {go!r} - time.time()))\n"
-            f"with SQLiteCheckpointer({str(db)!r}) as store:\n"
-            "    print(sorted(r.run_id for r in store.runs()))\n"
-        )
-        workers = [
-            subprocess.Popen([sys.executable, "-c", code], stdout=PIPE, stderr=PIPE, text=True)
-            for _ in range(6)
-        ]
-        outcomes = [(w.wait(timeout=120), *w.communicate()) for w in workers]
-        assert [(code, out.strip()) for code, out, _ in outcomes] == [(0, "['before']")] * len(
-            workers
-        ), [err for _, _, err in outcomes]
+    def test_processes_opening_no_store_at_once_create_it_once(
+        self, empty_target: str, tmp_path: Path
+    ) -> None:
+        """Six workers started together where there is no store yet: one creates the
+        tables, the others use them, and every worker's run is stored."""
+        seen = race(empty_target, tmp_path)
+        assert [worker["state"] for worker in seen] == ["completed"] * len(seen)
+        assert layout(empty_target)[1] == [(str(SCHEMA_VERSION),)]
+        assert layout(empty_target) == layout(made_alone(empty_target, tmp_path))
+        with open_target(empty_target) as store:
+            assert sorted(r.run_id for r in store.runs()) == [f"w{i}" for i in range(len(seen))]

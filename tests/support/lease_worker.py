@@ -24,6 +24,7 @@ from typing import Any
 from statemachine_agent import Agent, Approve, Audit, RunLockedError, tool
 from statemachine_agent.machine.resume import RunAlreadyEndedError
 from statemachine_agent.persistence import PostgresCheckpointer, SQLiteCheckpointer
+from tests.support.barrier import wait_for_go
 from tests.support.crash_agent import ProgressModel
 
 LEASE_SECONDS = 3.0
@@ -79,9 +80,7 @@ def main() -> None:
         result = agent.run("Pay my bills.", run_id=run_id)
         print(json.dumps({"outcome": "paused", "end_state": result.end_state}))
         return
-    (folder / f"ready.{name}").write_text("")
-    while not (folder / "go").exists():
-        time.sleep(0.005)
+    wait_for_go(folder, name)
     approve = {"toolu_pay5": Approve(), "toolu_pay7": Approve()}
     try:
         if mode == "takeover":
