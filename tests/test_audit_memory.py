@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from statemachine_agent import Agent, Audit, Budget, ContextPolicy, ScriptedModel, tool
+from statemachine_agent import Agent, Audit, Budget, ContextPolicy, ScriptedModel, calculate, tool
+from statemachine_agent.audit.chain import Chain
+from statemachine_agent.audit.sink import read_events
+from statemachine_agent.report.fmt import count
 from statemachine_agent.testing import replies
 
 MB = 1024 * 1024
@@ -102,3 +108,215 @@ class TestBoundedMemory:
         assert code == 0
         assert peak < PEAK_LIMIT, f"peak {peak / MB:.0f} MB"
         assert "intact" in out
+
+
+# -- many tiny events ------------------------------------------------------------------
+
+TINY_FILE_BYTES = 200 * MB
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    """The events of a real run, as its audit file holds them: two tool round trips, then
+    an answer. The tiny-event files below are made of copies of its lines."""
+    folder = tmp_path_factory.mktemp("small")
+    script = [
+        replies.tool_use("calculate", {"expression": "6*7"}),
+        replies.tool_use("calculate", {"expression": "6*8"}),
+        replies.text("42"),
+    ]
+    result = Agent(ScriptedModel(script), tools=[calculate], audit=Audit(dir=folder)).run("6x7?")
+    assert result.audit_path is not None
+    events = read_events(result.audit_path)
+    names = [e["event"] for e in events]
+    assert names[1:9] == [*ITERATION, "transition.fired"], names
+    return events
+
+
+ITERATION = [
+    "transition.fired",  # perceive -> reason
+    "model.requested",
+    "model.replied",
+    "transition.fired",  # reason -> act
+    "tool.called",
+    "tool.finished",
+    "transition.fired",  # act -> observe
+]
+"""One tool round trip as a run records it (then observe -> perceive)."""
+
+
+class TinyWriter:
+    """Writes events into an audit file exactly as `JsonlSink` does (each line sealed
+    into the hash chain, `run.ended` carrying the digest of the whole file), but fast:
+    each kind of line is encoded once as a template, and only its counters and its
+    `prev` are filled in per line (the bytes are what `Chain.seal` would write)."""
+
+    def __init__(self, path: Path) -> None:
+        self.chain = Chain()
+        self.file = path.open("wb")
+        self.size = 0
+
+    def sealed(self, event: Mapping[str, Any]) -> None:
+        """One event, sealed by the library itself."""
+        self._put(self.chain.seal(event).line.encode("utf-8"))
+
+    def template(self, event: Mapping[str, Any], call_id: str | None = None) -> str:
+        """The event's line with its counters left as slots for `put`: `seq` and
+        `iteration` (when it has them) as `%(seq)d` and `%(it)d`, the tool call id
+        `call_id` wherever it occurs as `%(call)d`, and `prev` as `%(prev)s`."""
+        body = {k: v for k, v in event.items() if k not in ("prev", "digest")}
+        text = json.dumps(body, ensure_ascii=False).replace("%", "%%")
+        for key, slot in (("seq", "%(seq)d"), ("iteration", "%(it)d")):
+            if key in body:
+                text = text.replace(f'"{key}": {body[key]},', f'"{key}": {slot},')
+        if call_id is not None:
+            text = text.replace(call_id, "toolu_%(call)024d")
+        return text[:-1] + ', "prev": "%(prev)s"}'
+
+    def put(self, template: str, **values: int) -> None:
+        self._put((template % {**values, "prev": self.chain.head}).encode("utf-8"))
+
+    def _put(self, line: bytes) -> None:
+        self.chain.advance(line)
+        self.file.write(line + b"\n")
+        self.size += len(line) + 1
+
+    def close(self) -> None:
+        self.file.close()
+
+
+def call_id(events: list[dict[str, Any]]) -> str:
+    """The id of the first tool call of a run's events."""
+    return str(next(e["tool_use_id"] for e in events if e["event"] == "tool.called"))
+
+
+@pytest.fixture(scope="module")
+def many_iterations(tmp_path_factory: pytest.TempPathFactory, small_run: list[Any]) -> Path:
+    """About 200 MB of a run of small iterations: tens of thousands of tool round trips
+    of about 4 KB each (some 400,000 events), then the answer."""
+    path = tmp_path_factory.mktemp("tiny") / "iterations.jsonl"
+    writer = TinyWriter(path)
+    writer.sealed(small_run[0])
+    block = small_run[1:9]
+    templates = [writer.template(e, call_id(small_run)) for e in block]
+    seqs = [int(e.get("seq", 0)) for e in block]
+    rounds = 0
+    while writer.size < TINY_FILE_BYTES:
+        for template, seq in zip(templates, seqs, strict=True):
+            writer.put(template, seq=seq + 4 * rounds, it=rounds + 1, call=rounds)
+        rounds += 1
+    last = 4 * rounds
+    for event in small_run[17:21]:  # perceive -> reason, the answer, reason -> completed
+        moved = {**event, "iteration": rounds + 1}
+        if "seq" in event:
+            moved["seq"] = int(event["seq"]) - 8 + last
+        writer.sealed(moved)
+    writer.sealed({**small_run[-1], "iterations": rounds + 1})
+    writer.close()
+    assert writer.size >= TINY_FILE_BYTES
+    return path
+
+
+@pytest.fixture(scope="module")
+def one_huge_iteration(tmp_path_factory: pytest.TempPathFactory, small_run: list[Any]) -> Path:
+    """About 200 MB of one iteration whose reply asked for hundreds of thousands of tool
+    calls (some 700,000 tiny events in one iteration: the hostile shape)."""
+    path = tmp_path_factory.mktemp("tiny") / "one_iteration.jsonl"
+    writer = TinyWriter(path)
+    for event in small_run[0:5]:  # started, perceive -> reason, the reply, reason -> act
+        writer.sealed(event)
+    called, finished = (writer.template(e, call_id(small_run)) for e in small_run[5:7])
+    calls = 0
+    while writer.size < TINY_FILE_BYTES:
+        writer.put(called, seq=0, it=1, call=calls)
+        writer.put(finished, seq=0, it=1, call=calls)
+        calls += 1
+    for event in small_run[7:9]:  # act -> observe -> perceive
+        writer.sealed(event)
+    for event in small_run[17:21]:
+        writer.sealed({**event, "iteration": 2, "seq": int(event["seq"]) - 4})
+    writer.sealed({**small_run[-1], "iterations": 2})
+    writer.close()
+    assert calls > 300_000
+    return path
+
+
+def calls_in(path: Path) -> int:
+    """The tool calls in a file (counted without parsing a line)."""
+    with path.open("rb") as handle:
+        return sum(1 for line in handle if line.startswith(b'{"event": "tool.called"'))
+
+
+def assert_one_error_line(err: str) -> str:
+    lines = [line for line in err.splitlines() if not line.startswith("PEAK_KIB")]
+    assert len(lines) == 1, err[-2000:]
+    assert lines[0].startswith("statemachine-agent: error: "), err[-2000:]
+    return lines[0]
+
+
+class TestManyTinyEvents:
+    """Memory is bounded by what a report shows, not by how many events a file holds:
+    the first and last iterations are shown whole, and the rest, like the calls of an
+    iteration past the first hundreds, are counted in a note of how many were left out."""
+
+    @pytest.mark.parametrize("shape", ["many_iterations", "one_huge_iteration"])
+    def test_report_of_200_mb_of_tiny_events_stays_under_500_mb(
+        self, shape: str, request: pytest.FixtureRequest
+    ) -> None:
+        audit: Path = request.getfixturevalue(shape)
+        page = audit.with_suffix(".html")
+        code, peak, _ = measured("report", str(audit), "-o", str(page))
+        assert code == 0
+        assert peak < PEAK_LIMIT, f"peak {peak / MB:.0f} MB"
+        assert page.stat().st_size < 20 * MB
+        text = page.read_text(encoding="utf-8")
+        assert "Audit chain: intact" in text
+        assert "completed" in text
+        if shape == "many_iterations":
+            shown = text.count('<article class="iteration')
+            total = calls_in(audit) + 1
+            assert 0 < shown < total
+            assert f"{total - shown:,} more iterations left out of this report" in text
+            assert f"{total} iterations" in text
+        else:
+            calls = calls_in(audit)
+            kept = text.count('<details class="tool')
+            assert 0 < kept < calls
+            assert f"{calls - kept:,} more tool calls left out of this report" in text
+            assert f"{calls} calls" in text or f"{count(calls)}" in text
+
+    @pytest.mark.parametrize("shape", ["many_iterations", "one_huge_iteration"])
+    def test_inspect_of_200_mb_of_tiny_events_stays_under_500_mb(
+        self, shape: str, request: pytest.FixtureRequest
+    ) -> None:
+        audit: Path = request.getfixturevalue(shape)
+        code, peak, out = measured("inspect", str(audit))
+        assert code == 0
+        assert peak < PEAK_LIMIT, f"peak {peak / MB:.0f} MB"
+        assert "Audit:      intact" in out
+        assert "completed" in out
+        calls = calls_in(audit)
+        assert f"{calls} calls" in out
+        what = "iterations" if shape == "many_iterations" else "tool calls"
+        assert f"more {what} left out of this report" in out
+
+    @pytest.mark.parametrize("shape", ["many_iterations", "one_huge_iteration"])
+    def test_replay_of_200_mb_of_tiny_events_refuses_in_one_line(
+        self, shape: str, request: pytest.FixtureRequest
+    ) -> None:
+        """A run of hundreds of thousands of recorded answers is more than a replay holds
+        in bounded memory: it says so in one line, exit 2, without running out."""
+        audit: Path = request.getfixturevalue(shape)
+        done = subprocess.run(
+            [sys.executable, "-c", MEASURED, "replay", str(audit)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        found = re.search(r"PEAK_KIB (\d+)", done.stderr)
+        assert found is not None, done.stderr[-2000:]
+        assert int(found.group(1)) * 1024 < PEAK_LIMIT
+        assert done.returncode == 2
+        line = assert_one_error_line(done.stderr)
+        assert str(audit) in line
+        assert "too many" in line
