@@ -111,12 +111,13 @@ def _summary(result: RunResult, stream: TextIO, redact: Callable[[Any], Any]) ->
 def _calls(result: RunResult) -> str:
     """The model calls as the audit file counts them (a salvage or critic call is one too,
     and was paid for), so this line and `inspect` agree."""
-    from statemachine_agent.audit.sink import read_events
+    from statemachine_agent.audit.sink import iter_numbered
     from statemachine_agent.report.build import describe_calls, model_calls
 
     if result.audit_path is None or not result.audit_path.exists():
         return describe_calls(Counter(loop=result.iterations))
-    return describe_calls(model_calls(read_events(result.audit_path)))
+    events = (event for _, event in iter_numbered(result.audit_path))
+    return describe_calls(model_calls(events))
 
 
 def _text_stream(args: argparse.Namespace) -> TextIO:

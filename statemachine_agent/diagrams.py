@@ -106,18 +106,39 @@ def highlight(trail: Trail) -> Highlight:
     """
     if isinstance(trail, Highlight):
         return trail
-    rows: Counter[RowKey] = Counter()
-    states: Counter[str] = Counter()
-    previous_dest: str | None = None
+    tally = Tally()
     for step in trail or ():
+        tally.add(step)
+    return tally.highlight
+
+
+class Tally:
+    """`highlight` taken one step at a time, for a trail read as a stream.
+
+    `limit` caps the distinct rows counted (a hostile file can name any number of them):
+    a step of a row past it is not counted.
+    """
+
+    def __init__(self, limit: int | None = None) -> None:
+        self.limit = limit
+        self.rows: Counter[RowKey] = Counter()
+        self.states: Counter[str] = Counter()
+        self._previous_dest: str | None = None
+
+    def add(self, step: Any) -> None:
         key = _row_key(step)
+        if self.limit is not None and key not in self.rows and len(self.rows) >= self.limit:
+            return
         source, _trigger, dest, _via = key
-        rows[key] += 1
-        if source != previous_dest:
-            states[source] += 1
-        states[dest] += 1
-        previous_dest = dest
-    return Highlight(rows, states)
+        self.rows[key] += 1
+        if source != self._previous_dest:
+            self.states[source] += 1
+        self.states[dest] += 1
+        self._previous_dest = dest
+
+    @property
+    def highlight(self) -> Highlight:
+        return Highlight(self.rows, self.states)
 
 
 def _row_key(step: Any) -> RowKey:

@@ -419,6 +419,11 @@ REPLAYED_EVENTS = frozenset(
 )
 """The events a replay answers from; it keeps only these of a file it reads."""
 
+MAX_REPLAYED_EVENTS = 50_000
+"""The most of those a replay holds (about 200 MB): a run that recorded more (tens of
+thousands of iterations) is refused with a `ReplayError` saying so, rather than replayed
+in memory without bound or replayed in part."""
+
 
 def replay(
     audit: str | Path,
@@ -444,11 +449,21 @@ def replay_events(
     """Re-run a recorded run from its events (see `replay`).
 
     The events may be a stream: one pass keeps only those a replay answers from
-    (`REPLAYED_EVENTS`), verbatim, so its memory is what they hold, not the file.
+    (`REPLAYED_EVENTS`), verbatim, so its memory is what they hold, not the file; a run
+    with more than `MAX_REPLAYED_EVENTS` of them is a `ReplayError`, found as soon as
+    the stream reaches one too many.
     """
     audit = source
-    own = iter_run_events(stream)  # not its sub-agents'
-    events = [e for e in own if e["event"] in REPLAYED_EVENTS]
+    events: list[Mapping[str, Any]] = []
+    for event in iter_run_events(stream):  # not its sub-agents'
+        if event["event"] not in REPLAYED_EVENTS:
+            continue
+        if len(events) >= MAX_REPLAYED_EVENTS:
+            raise ReplayError(
+                f"{audit}: too many events to replay in bounded memory: the run recorded "
+                f"more than {MAX_REPLAYED_EVENTS:,} model, tool and transition events"
+            )
+        events.append(event)
     parts = segments(events)
     started = parts[0].events[0] if parts and parts[0].events else {"event": None}
     if started["event"] != "run.started":

@@ -37,6 +37,7 @@ from statemachine_agent.report import (
 )
 from statemachine_agent.report.chart import budget_chart
 from statemachine_agent.report.fmt import usd
+from statemachine_agent.report.fold import POINTS_CAP, ROWS_CAP
 from statemachine_agent.report.page import mark_diagram
 
 Event = dict[str, Any]
@@ -296,6 +297,29 @@ class TestChart:
         assert svg.count('<circle class="dot"') == 2 * len(report.points)
         assert svg.count("<polyline") == 2
         assert 'class="limit"' not in svg
+
+    def test_a_long_run_keeps_a_bounded_chart_ending_at_its_last_transition(self) -> None:
+        """Past `POINTS_CAP` transitions the chart thins out evenly, and still ends on the
+        run's last transition; the counts and totals stay exact."""
+        fired = {"event": "transition.fired", "run_id": "run_x", "guards": {}, "via": []}
+        total = 3 * POINTS_CAP + 7
+        events = [
+            {**fired, "seq": n, "source": "act", "trigger": "t", "dest": "observe",
+             "usage_total": usage(n, 0), "cost_usd": n / 1000}
+            for n in range(1, total + 1)
+        ]  # fmt: skip
+        report = build(events)
+        assert len(report.points) <= POINTS_CAP + 2
+        assert report.points[-1].label == f"#{total}"
+        assert report.points[-1].tokens == total
+        assert report.transitions_fired == total
+        assert len(report.transitions) == POINTS_CAP
+        assert report.tokens.input == total
+        assert report.preamble is not None
+        assert report.preamble.left_out.transitions == total - ROWS_CAP
+        steps = {int(p.label[1:]) for p in report.points[1:-1]}
+        gaps = {b - a for a, b in zip(sorted(steps), sorted(steps)[1:], strict=False)}
+        assert len(gaps) == 1
 
     def test_limit_is_drawn_when_close(self) -> None:
         """A cost limit near the spend is a dashed line; one far above it is only named."""

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from statemachine_agent.audit.chain import Verification
+from statemachine_agent.diagrams import Tally
 from statemachine_agent.report.build import (
     Iteration,
     ModelCall,
@@ -28,6 +29,9 @@ from statemachine_agent.report.console import inspect_table, print_inspect
 from statemachine_agent.report.drawing import Drawing, drawing
 from statemachine_agent.report.live import RunProgress, live_status
 from statemachine_agent.report.page import render
+
+ROW_KEYS_CAP = 10_000
+"""Distinct rows of the transition table the diagram counts (a file may name any)."""
 
 __all__ = [
     "Drawing",
@@ -60,12 +64,13 @@ def html(
     """The HTML report of a run's events, its path highlighted on the machine's diagram.
 
     The events may be a stream (`statemachine-agent report` reads the file so, each
-    event folded by `fold.fold_event`): only each transition's row is kept for the
-    diagram. Raises `ReportError` for a file with nothing to report. Without a
+    event folded by `fold.fold_event`): the diagram keeps only the count of each
+    transition's row, and `build` what the page shows, so its memory is bounded.
+    Raises `ReportError` for a file with nothing to report. Without a
     Graphviz renderer the diagram falls back to the one shipped in the package, or
     to text (`drawing.py`), and the page says so: the report is never refused.
     """
-    trail: list[dict[str, Any]] = []
+    trail = Tally(limit=ROW_KEYS_CAP)
     own: list[Any] = []
 
     def tapped() -> Iterator[Mapping[str, Any]]:
@@ -73,7 +78,7 @@ def html(
             if not own:
                 own.append(event.get("run_id"))  # the file's own run: the first event's
             if event.get("event") == "transition.fired" and event.get("run_id") == own[0]:
-                trail.append(
+                trail.add(
                     {
                         "source": event["source"],
                         "trigger": event["trigger"],
@@ -84,4 +89,4 @@ def html(
             yield event
 
     report = build(tapped())
-    return render(report, drawing(trail), source=source, verification=verification)
+    return render(report, drawing(trail.highlight), source=source, verification=verification)

@@ -9,17 +9,31 @@ An iteration is one trip through the model-calling state: it starts with the
 transition into `reason` and holds everything up to the next one (the reply, the
 tools it asked for, the guards that chose where to go next). Events before the
 first model call, if any transitions happen there, form the `preamble`.
+
+What is kept is bounded by what a person can read, not by the file (`fold.py` has the
+caps): of each iteration, the first `ROWS_CAP` model calls, tool calls, transitions
+and notes, the rest counted (`LeftOut`); of a run, the first and last iterations
+(`ITERATIONS_CAP` in all), those between counted (`Gap`). The figures (iterations,
+transitions, tool calls, tokens, cost) stay exact, so a file of millions of tiny
+events is reported in bounded memory.
 """
 
 from __future__ import annotations
 
 import json
-from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections import Counter, deque
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from statemachine_agent.machine.ends import SUCCESS_STATES
+from statemachine_agent.report.fold import (
+    ITERATIONS_CAP,
+    POINTS_CAP,
+    ROWS_CAP,
+    RUNS_CAP,
+    left_out,
+)
 
 MODEL_STATE = "reason"
 """The one state whose phase calls the model: entering it starts an iteration."""
@@ -53,14 +67,27 @@ def model_calls(events: Iterable[Mapping[str, Any]]) -> Counter[str]:
     """The model calls a run made, by purpose (`loop` for its own, `salvage`, `critic`):
     every call the budget was charged for, not only the loop's iterations. In an audit
     file with sub-agent runs, the calls of runs other than the file's first are counted
-    as `sub-agent` calls (the first run was charged for them)."""
-    events = list(events)
-    first = events[0].get("run_id") if events else None
-    return Counter(
-        (_str(e.get("purpose")) or "loop") if e.get("run_id") == first else SUBAGENT_CALLS
-        for e in events
-        if e.get("event") in MODEL_CALL_EVENTS
-    )
+    as `sub-agent` calls (the first run was charged for them). The events may be a stream."""
+    calls: Counter[str] = Counter()
+    first: list[Any] = []
+    for event in events:
+        if not first:
+            first.append(event.get("run_id"))
+        if event.get("event") in MODEL_CALL_EVENTS:
+            own = event.get("run_id") == first[0]
+            _tally(calls, (_str(event.get("purpose")) or "loop") if own else SUBAGENT_CALLS)
+    return calls
+
+
+PURPOSES_CAP = 32
+"""Distinct purposes counted one by one; any beyond are counted as `other` (a file can
+name any number of them)."""
+
+
+def _tally(calls: Counter[str], purpose: str) -> None:
+    if purpose not in calls and len(calls) >= PURPOSES_CAP:
+        purpose = "other"
+    calls[purpose] += 1
 
 
 def describe_calls(calls: Counter[str]) -> str:
@@ -174,6 +201,44 @@ class Note:
 
 
 @dataclass(frozen=True)
+class LeftOut:
+    """How much of one iteration a report leaves out: each kind of row past `ROWS_CAP`."""
+
+    model_calls: int = 0
+    tool_calls: int = 0
+    failed_tool_calls: int = 0
+    """Of `tool_calls`, the ones that failed."""
+    transitions: int = 0
+    notes: int = 0
+    errors: int = 0
+    """Failed calls and error notes among what was left out."""
+
+    def lines(self) -> list[str]:
+        """The note of each kind left out, e.g. `… [9,950 more tool calls left out of
+        this report]`."""
+        kinds = (
+            (self.model_calls, "model calls"),
+            (self.tool_calls, "tool calls"),
+            (self.transitions, "transitions"),
+            (self.notes, "notes"),
+        )
+        return [left_out(n, what) for n, what in kinds if n]
+
+
+@dataclass(frozen=True)
+class Gap:
+    """The iterations of a run a report leaves out, between its first and last ones."""
+
+    at: int
+    """Where they were: the index in `Report.iterations` of the first one after them."""
+    count: int
+
+    @property
+    def note(self) -> str:
+        return left_out(self.count, "iterations")
+
+
+@dataclass(frozen=True)
 class Iteration:
     """One trip through the loop; `tokens` and `cost_usd` are what it added."""
 
@@ -184,6 +249,8 @@ class Iteration:
     notes: tuple[Note, ...]
     tokens: Tokens
     cost_usd: float
+    left_out: LeftOut = field(default_factory=lambda: LeftOut())
+    """What the iteration held beyond the `ROWS_CAP` of each kind kept above."""
 
     @property
     def call(self) -> ModelCall | None:
@@ -197,7 +264,17 @@ class Iteration:
             any(n.error for n in self.notes)
             or any(t.failed for t in self.tools)
             or any(c.error for c in self.calls)
+            or self.left_out.errors > 0
         )
+
+    @property
+    def tool_calls(self) -> int:
+        """Its tool calls, those left out of the report included."""
+        return len(self.tools) + self.left_out.tool_calls
+
+    @property
+    def failed_tool_calls(self) -> int:
+        return sum(1 for t in self.tools if t.failed) + self.left_out.failed_tool_calls
 
     @property
     def path(self) -> list[str]:
@@ -275,6 +352,18 @@ class Report:
     parent_tool_use_id: str | None = None
     agent: str | None = None
     """For a sub-agent's run: the agent's name (from the parent's `subagent.started`)."""
+    gap: Gap | None = None
+    """The iterations left out between the first and last ones shown (`ITERATIONS_CAP`)."""
+    transition_count: int | None = None
+    """Every transition of the run; `transitions` keeps the first `POINTS_CAP` of them.
+    None: as many as `transitions` holds."""
+    last_transition: Transition | None = None
+    """The run's last transition (its totals), even when `transitions` stops before it."""
+    tool_call_count: int | None = None
+    """Every tool call of the run's iterations, those left out included (None: count them)."""
+    failed_tool_call_count: int | None = None
+    summaries_left_out: int = 0
+    """Summaries past the `ITERATIONS_CAP` kept in `summaries`."""
 
     @property
     def children(self) -> tuple[tuple[Iteration, ToolRun], ...]:
@@ -285,25 +374,49 @@ class Report:
         )
 
     @property
+    def _last(self) -> Transition | None:
+        if self.last_transition is not None:
+            return self.last_transition
+        return self.transitions[-1] if self.transitions else None
+
+    @property
     def tokens(self) -> Tokens:
         """The run's token totals: from `run.ended`, else from the last transition."""
         if self.outcome is not None:
             return self.outcome.tokens
-        return self.transitions[-1].tokens if self.transitions else Tokens()
+        last = self._last
+        return last.tokens if last is not None else Tokens()
 
     @property
     def cost_usd(self) -> float:
         if self.outcome is not None:
             return self.outcome.cost_usd
-        return self.transitions[-1].cost_usd if self.transitions else 0.0
+        last = self._last
+        return last.cost_usd if last is not None else 0.0
+
+    @property
+    def iteration_count(self) -> int:
+        """Every iteration of the run, those left out of the report included."""
+        return len(self.iterations) + (self.gap.count if self.gap is not None else 0)
+
+    @property
+    def transitions_fired(self) -> int:
+        """Every transition of the run (`transitions` may hold only the first ones)."""
+        if self.transition_count is not None:
+            return self.transition_count
+        return len(self.transitions)
 
     @property
     def tool_calls(self) -> int:
-        return sum(len(i.tools) for i in self.iterations)
+        if self.tool_call_count is not None:
+            return self.tool_call_count
+        return sum(i.tool_calls for i in self.iterations)
 
     @property
     def failed_tool_calls(self) -> int:
-        return sum(1 for i in self.iterations for t in i.tools if t.failed)
+        if self.failed_tool_call_count is not None:
+            return self.failed_tool_call_count
+        return sum(i.failed_tool_calls for i in self.iterations)
 
 
 def build(events: Iterable[Mapping[str, Any]], run_id: str | None = None) -> Report:
@@ -314,9 +427,10 @@ def build(events: Iterable[Mapping[str, Any]], run_id: str | None = None) -> Rep
     and each sub-agent run it started is a report of its own, nested under the tool
     call that started it (`ToolRun.child`).
 
-    The events are taken one at a time (a stream is fine): each run's builder holds
-    only the events of the iteration it is gathering, so a report of a long run needs
-    memory for its iterations, not for its file.
+    The events are taken one at a time (a stream is fine), and each run's builder keeps
+    only what the report shows (see the module's docstring), so its memory is bounded
+    whatever the file's size or number of events. Runs that are neither `run_id`'s nor
+    started by it, and runs past `RUNS_CAP`, are not gathered.
     """
     builders: dict[str, _Builder] = {}
     parents: dict[str, tuple[str, str]] = {}
@@ -328,19 +442,21 @@ def build(events: Iterable[Mapping[str, Any]], run_id: str | None = None) -> Rep
         if chosen is None:
             chosen = rid
         parent = event.get("parent_run_id")
-        if parent is not None and _str(parent) != rid and rid not in parents:
-            parents[rid] = (_str(parent), _str(event.get("parent_tool_use_id")))
-        if event.get("event") == "subagent.started":
-            agents.setdefault(_str(event.get("child_run_id")), _str(event.get("agent")))
         builder = builders.get(rid)
         if builder is None:
+            if len(builders) >= RUNS_CAP or not (rid == chosen or _str(parent) in builders):
+                continue  # not a run this report shows
             builder = builders[rid] = _Builder()
+        if parent is not None and _str(parent) != rid and rid not in parents:
+            parents[rid] = (_str(parent), _str(event.get("parent_tool_use_id")))
+        if event.get("event") == "subagent.started" and len(agents) < RUNS_CAP:
+            agents.setdefault(_str(event.get("child_run_id")), _str(event.get("agent")))
         builder.add(event)
     if chosen is None:
         raise ReportError("the audit file holds no events")
     if chosen not in builders:
         raise ReportError(f"the audit file holds no events of run {chosen!r}")
-    return _assemble(chosen, builders, parents, agents)
+    return _assemble(chosen, builders, parents, agents, frozenset({chosen}))
 
 
 def _assemble(
@@ -348,17 +464,20 @@ def _assemble(
     builders: Mapping[str, _Builder],
     parents: Mapping[str, tuple[str, str]],
     agents: Mapping[str, str],
+    above: frozenset[str],
 ) -> Report:
-    """The report of `run_id`, with the reports of the sub-agent runs it started."""
+    """The report of `run_id`, with the reports of the sub-agent runs it started (`above`:
+    the runs it was started under, so a file whose runs claim each other ends)."""
     children: dict[str, Report] = {}
     for child, (parent, call) in parents.items():
-        if parent == run_id and child != run_id and call not in children:
-            children[call] = _assemble(child, builders, parents, agents)
+        if parent == run_id and child not in above and call not in children:
+            children[call] = _assemble(child, builders, parents, agents, above | {child})
     return builders[run_id].report(children, agents.get(run_id) or None)
 
 
 class _Builder:
-    """The state of `build` for one run between two of its events."""
+    """The state of `build` for one run between two of its events: what the report will
+    show of it, and the counts of what it will not."""
 
     def __init__(self) -> None:
         self.count = 0
@@ -366,11 +485,22 @@ class _Builder:
         self.started: Mapping[str, Any] | None = None
         self.ended: Mapping[str, Any] | None = None
         self.totals = _Totals()
-        self.segments: list[Iteration] = []
-        self.segment: list[Mapping[str, Any]] = []
+        self.preamble: Iteration | None = None
+        self.head: list[Iteration] = []
+        """The first iterations (half of `ITERATIONS_CAP`)."""
+        self.tail: deque[Iteration] = deque(maxlen=ITERATIONS_CAP - ITERATIONS_CAP // 2)
+        """The last ones so far."""
+        self.skipped = 0
+        """The iterations between the two, left out."""
+        self.segment = _Segment(0)
         self.fallback = 0
         """The number of the segment being gathered (0: before the first model call)."""
         self.transitions: list[Transition] = []
+        self.transition_count = 0
+        self.last: Transition | None = None
+        self.points = _Points()
+        self.tool_calls = 0
+        self.failed_tool_calls = 0
         self.summaries = _Summaries()
         self.calls: Counter[str] = Counter()
 
@@ -381,47 +511,56 @@ class _Builder:
             }
         self.count += 1
         name = event.get("event")
+        transition: Transition | None = None
         if name == "run.started" and self.started is None:
             self.started = event
         elif name == "run.ended":
             self.ended = event
         elif name == "transition.fired":
-            self.transitions.append(_transition(event))
+            transition = _transition(event)
+            self.transition_count += 1
+            self.last = transition
+            if len(self.transitions) < POINTS_CAP:
+                self.transitions.append(transition)
+            self.points.add(self.transition_count, transition)
             if event.get("dest") == MODEL_STATE:
                 self._close()
                 self.fallback += 1
+                self.segment = _Segment(self.fallback)
         if name in MODEL_CALL_EVENTS:
-            self.calls[_str(event.get("purpose")) or "loop"] += 1
+            _tally(self.calls, _str(event.get("purpose")) or "loop")
         self.summaries.add(event)
-        self.segment.append(event)
+        self.segment.add(event, transition)
 
     def _close(self) -> None:
-        """Turn the events gathered since the last transition into `reason` into an iteration."""
-        segment, self.segment = self.segment, []
-        number = self.fallback
-        if self.fallback:
-            calls = (
-                _int(e.get("iteration"))
-                for e in segment
-                if e.get("event") in ("model.requested", "model.replied", "model.failed")
-                and e.get("purpose") is None
-                and "iteration" in e
-            )
-            number = next(calls, self.fallback)
-        after = _Totals.after(segment, self.totals)
-        self.segments.append(_iteration(number, segment, after, self.totals))
+        """Turn the segment gathered since the last transition into `reason` into an
+        iteration, and keep it if it is among the first or (so far) the last ones."""
+        after = self.segment.totals or self.totals
+        iteration = self.segment.iteration(after, self.totals)
         self.totals = after
+        if not self.segment.fallback:
+            self.preamble = iteration
+            return
+        self.tool_calls += iteration.tool_calls
+        self.failed_tool_calls += iteration.failed_tool_calls
+        if len(self.head) < ITERATIONS_CAP // 2:
+            self.head.append(iteration)
+            return
+        if len(self.tail) == self.tail.maxlen:
+            self.skipped += 1
+        self.tail.append(iteration)
 
     def report(self, children: Mapping[str, Report], agent: str | None) -> Report:
         self._close()
-        segments = self.segments
+        self.segment = _Segment(self.fallback)  # a second report() adds nothing more
+        shown = [*self.head, *self.tail]
+        preamble = self.preamble
         if children:
-            segments = [_with_children(segment, children) for segment in segments]
-        preamble: Iteration | None = segments.pop(0)
+            shown = [_with_children(segment, children) for segment in shown]
+            preamble = _with_children(preamble, children) if preamble is not None else None
         if preamble is not None and not preamble.transitions and not preamble.notes:
             preamble = None
         started = self.started or {}
-        transitions = tuple(self.transitions)
         outcome = _outcome(self.ended) if self.ended is not None else None
         first = self.first
         return Report(
@@ -431,16 +570,22 @@ class _Builder:
             started_ts=_float(started["ts"]) if "ts" in started else None,
             budget=_mapping(started.get("budget")),
             preamble=preamble,
-            iterations=tuple(segments),
-            transitions=transitions,
+            iterations=tuple(shown),
+            transitions=tuple(self.transitions),
             outcome=outcome,
-            points=_points(transitions, outcome),
+            points=self.points.points(self.last, outcome),
             event_count=self.count,
             summaries=tuple(self.summaries.steps),
             calls=self.calls + _subagent_calls(children.values()),
             parent_run_id=_str(first.get("parent_run_id")) or None,
             parent_tool_use_id=_str(first.get("parent_tool_use_id")) or None,
             agent=agent,
+            gap=Gap(len(self.head), self.skipped) if self.skipped else None,
+            transition_count=self.transition_count,
+            last_transition=self.last,
+            tool_call_count=self.tool_calls,
+            failed_tool_call_count=self.failed_tool_calls,
+            summaries_left_out=self.summaries.left_out,
         )
 
 
@@ -464,6 +609,8 @@ class _Summaries:
 
     def __init__(self) -> None:
         self.steps: list[SummaryStep] = []
+        self.left_out = 0
+        """Summaries past the `ITERATIONS_CAP` kept."""
         self.model: str | None = None
         self.call: ModelCall | None = None
 
@@ -473,6 +620,9 @@ class _Summaries:
             self.model = _str(event.get("model")) or None
         elif event.get("purpose") == "summary" and name == "model.replied":
             self.call = _model_call(event, self.model)
+        elif name == "context.summarized" and len(self.steps) >= ITERATIONS_CAP:
+            self.left_out += 1
+            self.call = None
         elif name == "context.summarized":
             self.steps.append(
                 SummaryStep(
@@ -498,59 +648,145 @@ class _Totals:
     tokens: Tokens = field(default_factory=Tokens)
     cost_usd: float = 0.0
 
-    @classmethod
-    def after(cls, segment: Iterable[Mapping[str, Any]], previous: _Totals) -> _Totals:
-        """The totals of the segment's last transition, or of `run.ended` (which counts a
-        salvage call made after the last transition)."""
-        totals = previous
-        for event in segment:
-            if event.get("event") in ("transition.fired", "run.ended"):
-                totals = cls(Tokens.of(event.get("usage_total")), _float(event.get("cost_usd")))
-        return totals
 
+class _Points:
+    """The budget chart's points, one per transition until `POINTS_CAP`; past it, every
+    second one is dropped and only every second one after taken, and so on (the chart
+    keeps its shape, its memory stays bounded)."""
 
-def _iteration(
-    number: int, segment: Sequence[Mapping[str, Any]], totals: _Totals, previous: _Totals
-) -> Iteration:
-    calls: list[ModelCall] = []
-    requested: dict[tuple[int, str | None], str] = {}
-    tools: dict[str, ToolRun] = {}
-    transitions: list[Transition] = []
-    notes: list[Note] = []
-    for event in segment:
-        name = _str(event.get("event"))
-        purpose = _str(event.get("purpose")) or None
-        if name == "model.requested":
-            requested[(_int(event.get("iteration")), purpose)] = _str(event.get("model"))
-        elif name == "model.replied":
-            key = (_int(event.get("iteration")), purpose)
-            calls.append(_model_call(event, requested.get(key)))
-        elif name == "model.failed":
-            key = (_int(event.get("iteration")), purpose)
-            calls.append(
-                ModelCall(
-                    number=key[0],
-                    purpose=purpose,
-                    model=requested.get(key),
-                    error=_str(event.get("error")) or "the model call failed",
-                    request_id=_str(event.get("request_id")) or None,
+    def __init__(self) -> None:
+        self.kept: list[Point] = []
+        self.stride = 1
+        self.last = 0
+
+    def add(self, number: int, transition: Transition) -> None:
+        if number % self.stride:
+            return
+        self.kept.append(_point(transition))
+        self.last = number
+        if len(self.kept) > POINTS_CAP:
+            self.kept = self.kept[1::2]
+            self.stride *= 2
+
+    def points(self, last: Transition | None, outcome: Outcome | None) -> tuple[Point, ...]:
+        """Zero, the points kept, the last transition, and the end when it spent more
+        (a salvage call is charged after the last transition)."""
+        points = [Point("start", "run started", 0.0, 0), *self.kept]
+        if last is not None and (not self.kept or self.kept[-1].label != f"#{last.seq}"):
+            points.append(_point(last))
+        if outcome is not None and (
+            outcome.cost_usd > points[-1].cost_usd or outcome.tokens.total > points[-1].tokens
+        ):
+            points.append(
+                Point(
+                    "end", f"run ended: {outcome.end_state}", outcome.cost_usd, outcome.tokens.total
                 )
             )
+        return tuple(points)
+
+
+def _point(t: Transition) -> Point:
+    return Point(f"#{t.seq}", f"#{t.seq} {t.source} → {t.dest}", t.cost_usd, t.tokens.total)
+
+
+class _Segment:
+    """The iteration being gathered, one event at a time: at most `ROWS_CAP` of each kind
+    of row (model calls, tool calls, transitions, notes) is kept, the rest counted."""
+
+    def __init__(self, fallback: int) -> None:
+        self.fallback = fallback
+        """The iteration's number unless a model call names it (0: the preamble)."""
+        self.number: int | None = None
+        self.totals: _Totals | None = None
+        """The totals of its last transition or `run.ended`, once it has one."""
+        self.calls: list[ModelCall] = []
+        self.requested: dict[tuple[int, str | None], str] = {}
+        self.tools: dict[str, ToolRun] = {}
+        self.transitions: list[Transition] = []
+        self.notes: list[Note] = []
+        self.left: Counter[str] = Counter()
+
+    def add(self, event: Mapping[str, Any], transition: Transition | None = None) -> None:
+        """Take the next event (`transition`: its `Transition`, if it is one, already made)."""
+        name = _str(event.get("event"))
+        purpose = _str(event.get("purpose")) or None
+        loop = event.get("purpose") is None and "iteration" in event
+        if self.number is None and loop and name in ("model.requested", *MODEL_CALL_EVENTS):
+            self.number = _int(event.get("iteration"))
+        if name == "transition.fired":
+            transition = transition or _transition(event)
+            self.totals = _Totals(transition.tokens, transition.cost_usd)
+        elif name == "run.ended":
+            tokens = Tokens.of(event.get("usage_total"))
+            self.totals = _Totals(tokens, _float(event.get("cost_usd")))
+        if name == "model.requested":
+            if len(self.requested) >= ROWS_CAP:
+                self.requested.clear()  # a reply is matched to a recent request
+            self.requested[(_int(event.get("iteration")), purpose)] = _str(event.get("model"))
+        elif name in MODEL_CALL_EVENTS:
+            self._call(name, purpose, event)
         elif name.startswith("tool.") and name != "tool.skipped":
-            _tool_event(tools, name, event)
-        elif name == "transition.fired":
-            transitions.append(_transition(event))
+            self._tool(name, event)
+        elif transition is not None:
+            if len(self.transitions) < ROWS_CAP:
+                self.transitions.append(transition)
+            else:
+                self.left["transitions"] += 1
         if name in _NOTE_EVENTS:
-            notes.append(Note(name, _note_text(name, event), _NOTE_EVENTS[name]))
-    return Iteration(
-        number=number,
-        calls=tuple(calls),
-        tools=tuple(tools.values()),
-        transitions=tuple(transitions),
-        notes=tuple(notes),
-        tokens=totals.tokens - previous.tokens,
-        cost_usd=totals.cost_usd - previous.cost_usd,
-    )
+            if len(self.notes) < ROWS_CAP:
+                self.notes.append(Note(name, _note_text(name, event), _NOTE_EVENTS[name]))
+            else:
+                self.left["notes"] += 1
+                self.left["errors"] += _NOTE_EVENTS[name]
+
+    def _call(self, name: str, purpose: str | None, event: Mapping[str, Any]) -> None:
+        if len(self.calls) >= ROWS_CAP:
+            self.left["model_calls"] += 1
+            self.left["errors"] += name == "model.failed"
+            return
+        key = (_int(event.get("iteration")), purpose)
+        if name == "model.replied":
+            self.calls.append(_model_call(event, self.requested.get(key)))
+            return
+        self.calls.append(
+            ModelCall(
+                number=key[0],
+                purpose=purpose,
+                model=self.requested.get(key),
+                error=_str(event.get("error")) or "the model call failed",
+                request_id=_str(event.get("request_id")) or None,
+            )
+        )
+
+    def _tool(self, name: str, event: Mapping[str, Any]) -> None:
+        key = _str(event.get("tool_use_id")) or f"#{len(self.tools)}"
+        if key in self.tools or len(self.tools) < ROWS_CAP:
+            _tool_event(self.tools, key, name, event)
+        elif name == "tool.called":
+            self.left["called"] += 1
+        elif name in ("tool.finished", "tool.failed"):
+            self.left["ended"] += 1
+            self.left["failed"] += name == "tool.failed"
+
+    def iteration(self, totals: _Totals, previous: _Totals) -> Iteration:
+        left = self.left
+        return Iteration(
+            number=self.fallback and (self.number if self.number is not None else self.fallback),
+            calls=tuple(self.calls),
+            tools=tuple(self.tools.values()),
+            transitions=tuple(self.transitions),
+            notes=tuple(self.notes),
+            tokens=totals.tokens - previous.tokens,
+            cost_usd=totals.cost_usd - previous.cost_usd,
+            left_out=LeftOut(
+                model_calls=left["model_calls"],
+                tool_calls=max(left["called"], left["ended"]),
+                failed_tool_calls=left["failed"],
+                transitions=left["transitions"],
+                notes=left["notes"],
+                errors=left["errors"] + left["failed"],
+            ),
+        )
 
 
 def _model_call(event: Mapping[str, Any], model: str | None) -> ModelCall:
@@ -580,8 +816,7 @@ def _model_call(event: Mapping[str, Any], model: str | None) -> ModelCall:
     )
 
 
-def _tool_event(tools: dict[str, ToolRun], name: str, event: Mapping[str, Any]) -> None:
-    key = _str(event.get("tool_use_id")) or f"#{len(tools)}"
+def _tool_event(tools: dict[str, ToolRun], key: str, name: str, event: Mapping[str, Any]) -> None:
     call = tools.get(key) or ToolRun(
         tool=_str(event.get("tool")), tool_use_id=key, input=event.get("input")
     )
@@ -632,23 +867,6 @@ def _outcome(event: Mapping[str, Any]) -> Outcome:
         cost_usd=_float(event.get("cost_usd")),
         elapsed_s=_float(event.get("elapsed_s")),
     )
-
-
-def _points(transitions: Sequence[Transition], outcome: Outcome | None) -> tuple[Point, ...]:
-    """The budget chart's points: zero, each transition, and the end when it spent more
-    (a salvage call is charged after the last transition)."""
-    points = [Point("start", "run started", 0.0, 0)]
-    points += [
-        Point(f"#{t.seq}", f"#{t.seq} {t.source} → {t.dest}", t.cost_usd, t.tokens.total)
-        for t in transitions
-    ]
-    if outcome is not None and (
-        outcome.cost_usd > points[-1].cost_usd or outcome.tokens.total > points[-1].tokens
-    ):
-        points.append(
-            Point("end", f"run ended: {outcome.end_state}", outcome.cost_usd, outcome.tokens.total)
-        )
-    return tuple(points)
 
 
 def _note_text(name: str, event: Mapping[str, Any]) -> str:

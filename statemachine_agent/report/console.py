@@ -32,7 +32,10 @@ def inspect_table(report: Report) -> Table:
     table.add_column("cost", justify="right", no_wrap=True)
     if report.preamble is not None:
         table.add_row("-", *_cells(report.preamble))
-    for iteration in report.iterations:
+    gap = report.gap
+    for index, iteration in enumerate(report.iterations):
+        if gap is not None and index == gap.at:
+            table.add_row("…", Text(f"{gap.count:,} iterations left out", style="dim"))
         table.add_row(str(iteration.number), *_cells(iteration))
         for step in report.summaries:
             if step.after_iteration == iteration.number:
@@ -44,7 +47,7 @@ def inspect_table(report: Report) -> Table:
         tools.append(f", {failed} failed", style="red")
     table.add_row(
         Text("total", style="bold"),
-        f"{len(report.transitions)} transitions",
+        f"{report.transitions_fired} transitions",
         describe_calls(report.calls),
         tools,
         _tokens(tokens),
@@ -66,6 +69,10 @@ def _cells(iteration: Iteration) -> tuple[Text, str, Text, str, str]:
     for note in iteration.notes:
         text = note.text if len(note.text) <= NOTE_WIDTH else note.text[: NOTE_WIDTH - 1] + "…"
         moves.append(f"\n{note.event}: {text}", style="red" if note.error else "yellow")
+    left = iteration.left_out
+    for n, what in ((left.transitions, "transitions"), (left.notes, "notes")):
+        if n:
+            moves.append(f"\n+{n:,} {what} left out", style="dim")
     call = iteration.call
     stop = ""
     if call is not None:
@@ -83,6 +90,9 @@ def _cells(iteration: Iteration) -> tuple[Text, str, Text, str, str]:
         if tool.child is not None:
             end = tool.child.outcome.end_state if tool.child.outcome is not None else "unfinished"
             tools.append(f"\n  ↳ {end}", style="cyan")  # the sub-agent's run, shown below
+    for n, what in ((left.tool_calls, "tool calls"), (left.model_calls, "model calls")):
+        if n:
+            tools.append(f"\n+{n:,} {what} left out", style="dim")
     return moves, stop, tools, _tokens(iteration.tokens), usd(iteration.cost_usd)
 
 
@@ -115,6 +125,7 @@ def print_inspect(
     """The table, then how the run ended, then whether the audit file's chain holds;
     then each sub-agent run it started, the same way, under its tool call."""
     console.print(inspect_table(report))
+    _print_left_out(report, console)
     if verification is not None:
         style = "green" if verification.ok else "bold red"
         console.print(Text(f"Audit:      {verification.summary}", style))
@@ -131,6 +142,16 @@ def print_inspect(
             )
         )
         print_inspect(child, console)
+
+
+def _print_left_out(report: Report, console: Console) -> None:
+    """What the table leaves out, each as a sentence (the table's cells only count it)."""
+    if report.gap is not None:
+        console.print(Text(report.gap.note, style="dim"))
+    parts = [report.preamble] if report.preamble is not None else []
+    for iteration in (*parts, *report.iterations):
+        for line in iteration.left_out.lines():
+            console.print(Text(f"Iteration {iteration.number}: {line}", style="dim"))
 
 
 def _print_outcome(report: Report, console: Console) -> None:

@@ -31,9 +31,10 @@ class Drawing:
     """SVG ids of the states it visited."""
 
 
-def drawing(trail: Iterable[Any]) -> Drawing:
-    """The best drawing of the machine with the run's path that this install can make."""
-    steps = list(trail)
+def drawing(trail: Iterable[Any] | diagrams.Highlight) -> Drawing:
+    """The best drawing of the machine with the run's path that this install can make
+    (`trail`: the run's transitions, or their counts, `diagrams.Tally`)."""
+    steps = diagrams.highlight(trail if isinstance(trail, diagrams.Highlight) else list(trail))
     ids = diagrams.marked_ids(steps)
     fired, visited = frozenset(ids[0]), frozenset(ids[1])
     problem = "no Graphviz renderer is installed"

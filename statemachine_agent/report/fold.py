@@ -8,6 +8,10 @@ of how many characters were left out; a list or object with more than `ITEMS_CAP
 members keeps the first ones and says how many were left out. What a report counts
 (tokens, costs, states, guards) is never that large, so the figures stay exact.
 The replay does not fold: it needs every recorded value verbatim.
+
+The caps on how many things a report shows (`ROWS_CAP`, `ITERATIONS_CAP`, ...) are
+here too: `build.py` applies them, so a file of millions of tiny events is as bounded
+as one of a few huge ones.
 """
 
 from __future__ import annotations
@@ -34,20 +38,30 @@ def fold_text(text: str, cap: int = TEXT_CAP) -> str:
     return f"{text[:cap]}\n{left_out(len(text) - cap, 'characters')}"
 
 
+_SCALARS = frozenset({int, float, bool, type(None)})
+
+
 def fold(value: Any, cap: int = TEXT_CAP, items: int = ITEMS_CAP) -> Any:
-    """A copy of `value` with every long string and every long list or object capped."""
-    if isinstance(value, str):
+    """A copy of `value` with every long string and every long list or object capped.
+
+    Every event of a file passes through here, so the types JSON gives are told apart
+    by `type` first (an `isinstance` on `Mapping` costs more than the rest of the fold).
+    """
+    kind = type(value)
+    if kind in _SCALARS:
+        return value
+    if kind is str or isinstance(value, str):
         return fold_text(value, cap)
+    if kind is dict or (kind is not list and isinstance(value, Mapping)):
+        folded = {k: fold(v, cap, items) for k, v in islice(value.items(), items)}
+        if len(value) > items:
+            folded["…"] = left_out(len(value) - items, "members")
+        return folded
     if isinstance(value, list):
         kept = [fold(v, cap, items) for v in value[:items]]
         if len(value) > items:
             kept.append(left_out(len(value) - items, "items"))
         return kept
-    if isinstance(value, Mapping):
-        folded = {k: fold(v, cap, items) for k, v in islice(value.items(), items)}
-        if len(value) > items:
-            folded["…"] = left_out(len(value) - items, "members")
-        return folded
     return value
 
 
@@ -55,3 +69,16 @@ def fold_event(event: Mapping[str, Any]) -> dict[str, Any]:
     """One audit event with its payloads capped (`fold`); the event's name is kept whole."""
     folded: dict[str, Any] = fold(event)
     return folded
+
+
+ROWS_CAP = 50
+"""Model calls, tool calls, transitions and notes of one iteration a report shows, of
+each kind; the rest are counted in a note of how many were left out."""
+ITERATIONS_CAP = 500
+"""Iterations of one run a report shows: the first half of these and the last half;
+those between are counted in a note."""
+POINTS_CAP = 1_000
+"""Transitions a report keeps one by one (the budget chart's points, `Report.transitions`);
+past it the chart takes every second one, then every fourth, and so on."""
+RUNS_CAP = 100
+"""Runs (the file's own and the sub-agent runs under it) one report gathers."""

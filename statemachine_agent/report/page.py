@@ -29,6 +29,7 @@ from statemachine_agent.report.build import (
 from statemachine_agent.report.chart import budget_chart
 from statemachine_agent.report.drawing import Drawing
 from statemachine_agent.report.fmt import count, seconds, usd
+from statemachine_agent.report.fold import left_out
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 """Nothing may be fetched or run: the page is data, and works offline."""
@@ -92,7 +93,7 @@ def _header(report: Report, source: str, verification: Verification | None) -> s
     if report.started_ts is not None:
         started = datetime.fromtimestamp(report.started_ts, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
         meta.append(f"started {_e(started)}")
-    meta.append(f"{len(report.iterations)} iterations, {len(report.transitions)} transitions")
+    meta.append(f"{report.iteration_count} iterations, {report.transitions_fired} transitions")
     prompt = (
         f'<div class="prompt"><span class="label">Prompt</span>'
         f'<div class="text">{_e(report.prompt)}</div></div>'
@@ -241,13 +242,19 @@ def _timeline(report: Report) -> str:
     if not report.iterations:
         parts.append('<p class="muted">No model call was made.</p>')
     shown: set[int] = set()
-    for iteration in report.iterations:
+    gap = report.gap
+    for index, iteration in enumerate(report.iterations):
+        if gap is not None and index == gap.at:
+            parts.append(f'<p class="left-out" id="left-out">{_e(gap.note)}</p>')
         parts.append(_segment(iteration, f"Iteration {iteration.number}", "iteration"))
         for index, step in enumerate(report.summaries):
             if step.after_iteration == iteration.number:
                 parts.append(_summary(step, index))
                 shown.add(index)
     parts += [_summary(s, i) for i, s in enumerate(report.summaries) if i not in shown]
+    if report.summaries_left_out:
+        note = left_out(report.summaries_left_out, "summaries")
+        parts.append(f'<p class="left-out">{_e(note)}</p>')
     parts.append("</section>")
     return "\n".join(parts)
 
@@ -280,6 +287,7 @@ def _segment(iteration: Iteration, title: str, cls: str) -> str:
     if iteration.transitions:
         body.append(_transitions(iteration.transitions))
     body += [_call(c) for c in iteration.calls if c.purpose not in (None, "summary")]
+    body += [f'<p class="left-out">{_e(line)}</p>' for line in iteration.left_out.lines()]
     return (
         f'<article class="{cls}{error_cls}" id="{cls}-{iteration.number}" '
         f'data-iteration="{iteration.number}">'
@@ -509,5 +517,6 @@ table.transitions { border-collapse: collapse; width: 100%; margin-top: 8px; fon
 .guard.fail { background: #f2f4f7; color: var(--muted); }
 .guard.via { font-weight: 700; outline: 1px solid currentColor; }
 .fallback { font-size: 11.5px; color: var(--muted); font-style: italic; white-space: nowrap; }
+.left-out { color: var(--muted); font-style: italic; margin: 6px 0; }
 footer { color: var(--muted); font-size: 12px; text-align: center; padding: 8px; }
 """
