@@ -14,7 +14,9 @@ from typing import Any
 from statemachine_agent.audit.chain import Verification
 from statemachine_agent.diagrams import Tally
 from statemachine_agent.report.build import (
+    Gap,
     Iteration,
+    LeftOut,
     ModelCall,
     Note,
     Outcome,
@@ -35,7 +37,9 @@ ROW_KEYS_CAP = 10_000
 
 __all__ = [
     "Drawing",
+    "Gap",
     "Iteration",
+    "LeftOut",
     "ModelCall",
     "Note",
     "Outcome",

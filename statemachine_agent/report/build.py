@@ -339,7 +339,9 @@ class Report:
     budget: Mapping[str, Any]
     preamble: Iteration | None
     iterations: tuple[Iteration, ...]
+    """The iterations shown: all of them, or the first and last ones around `gap`."""
     transitions: tuple[Transition, ...]
+    """The run's transitions, up to the first `POINTS_CAP` (`transitions_fired` counts all)."""
     outcome: Outcome | None
     points: tuple[Point, ...]
     event_count: int
