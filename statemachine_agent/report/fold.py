@@ -10,8 +10,8 @@ members keeps the first ones and says how many were left out. What a report coun
 The replay does not fold: it needs every recorded value verbatim.
 
 The caps on how many things a report shows (`ROWS_CAP`, `ITERATIONS_CAP`, ...) are
-here too: `build.py` applies them, so a file of millions of tiny events is as bounded
-as one of a few huge ones.
+here too: `build.py` and its reader (`_reading.py`) apply them, so a file of millions of
+tiny events is as bounded as one of a few huge ones.
 """
 
 from __future__ import annotations
