@@ -74,7 +74,8 @@ def add_key_option(command: argparse.ArgumentParser) -> None:
         action="append",
         metavar="KEY",
         dest="encryption_key",
-        help=f"encryption key (repeat for older keys; default: ${KEY_ENV}, comma-separated)",
+        help=f"encryption key (repeat for older keys; default: ${KEY_ENV}, comma-separated; "
+        "a key starting with '-' goes as --encryption-key=KEY)",
     )
 
 

@@ -124,6 +124,11 @@ class TestSQLite:
         with pytest.raises(ValueError, match="16, 24 or 32 bytes"):
             SQLiteCheckpointer(tmp_path / "db", encryption_key="c2hvcnQ=")
 
+    def test_generated_keys_never_look_like_an_option(self) -> None:
+        """A key on the command line must not start with "-" (argparse would take it for
+        an option); a key of an older version that does goes as `--encryption-key=KEY`."""
+        assert not any(generate_key().startswith("-") for _ in range(2000))
+
     def test_generated_keys_differ(self) -> None:
         """Each key is new: 32 random bytes as URL-safe base64."""
         import base64
@@ -153,6 +158,7 @@ class TestAuditCommands:
         assert main(["inspect", audit, "--encryption-key", generate_key()]) == 2
         assert "encryption key does not match" in capsys.readouterr().err
         assert main(["inspect", audit, "--encryption-key", key]) == 0
+        assert main(["inspect", audit, f"--encryption-key={key}"]) == 0
         assert "completed" in capsys.readouterr().out
         out = tmp_path / "page.html"
         monkeypatch.setenv("STATEMACHINE_AGENT_ENCRYPTION_KEY", key)

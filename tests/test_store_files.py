@@ -367,6 +367,36 @@ class TestPackedRows:
         assert all(body.startswith("enc1:") and p is None for body, p in rows)
 
 
+class TestOpeningBusyFiles:
+    def test_a_file_locked_while_another_process_sets_it_up_is_tried_again(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """ "database is locked" while opening (another process is switching the new file
+        to WAL) is not corruption: the store tries again and opens; a file that stays
+        locked is the driver's error, not `CheckpointCorruptError`."""
+        import sqlite3
+
+        real = SQLiteCheckpointer._configure
+        refusals = iter([True, True])
+
+        def busy_at_first(store: SQLiteCheckpointer, synchronous: str) -> None:
+            if next(refusals, False):
+                raise sqlite3.OperationalError("database is locked")
+            real(store, synchronous)
+
+        monkeypatch.setattr(SQLiteCheckpointer, "_configure", busy_at_first)
+        with SQLiteCheckpointer(tmp_path / "runs.sqlite3") as store:
+            store.append("r", {"seq": 0, "state_name": "perceive"})
+            assert [b["state_name"] for b in store.bodies("r")] == ["perceive"]
+
+        def always_busy(store: SQLiteCheckpointer, synchronous: str) -> None:
+            raise sqlite3.OperationalError("database is locked")
+
+        monkeypatch.setattr(SQLiteCheckpointer, "_configure", always_busy)
+        with pytest.raises(sqlite3.OperationalError, match="locked"):
+            SQLiteCheckpointer(tmp_path / "other.sqlite3")
+
+
 class TestSchemaUpgrade:
     def test_a_schema_2_store_gains_the_metadata_column(self, tmp_path: Path) -> None:
         """A store written before metadata was listed opens, is upgraded in place, keeps

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,13 +23,19 @@ from typing import Literal
 
 from statemachine_agent.persistence.base import DEFAULT_LEASE_SECONDS, CheckpointCorruptError
 from statemachine_agent.persistence.crypto import EncryptionKey
-from statemachine_agent.persistence.sql import SQLCheckpointer
+from statemachine_agent.persistence.sql import SQLCheckpointer, _transient
 
 WAL_PAGES = 256
 """Pages (4 KiB) the WAL may hold before it is checkpointed into the database."""
 
 JOURNAL_LIMIT = 1 << 20
 """Bytes a checkpointed WAL is truncated back to."""
+
+OPEN_ATTEMPTS = 6
+"""Tries at setting a file up while other processes do too. Some lock changes (such as
+switching a new file to WAL, which needs the file to itself) can be refused with
+"database is locked" without waiting out `busy_timeout`; a try a moment later finds
+the other process done."""
 
 
 class SQLiteCheckpointer(SQLCheckpointer):
@@ -75,22 +82,35 @@ class SQLiteCheckpointer(SQLCheckpointer):
             compress=compress,
         )
         try:
-            db.execute("PRAGMA busy_timeout=10000")
-            db.execute("PRAGMA auto_vacuum=INCREMENTAL")  # only takes on a new, empty file
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute(f"PRAGMA synchronous={synchronous}")
-            db.execute(f"PRAGMA wal_autocheckpoint={WAL_PAGES}")
-            db.execute(f"PRAGMA journal_size_limit={JOURNAL_LIMIT}")
+            for attempt in range(OPEN_ATTEMPTS):
+                try:
+                    self._configure(synchronous)
+                    self._setup(self._has_table)
+                    break
+                except sqlite3.OperationalError as exc:
+                    if not _transient(exc) or attempt == OPEN_ATTEMPTS - 1:
+                        raise
+                    time.sleep(0.05 * 2**attempt)  # another process is setting the file up
         except sqlite3.DatabaseError as exc:
             db.close()
+            if _transient(exc):
+                raise
             raise CheckpointCorruptError(
                 f"not an SQLite database ({exc})", store=self.name
             ) from None
-        try:
-            self._setup(self._has_table)
         except BaseException:
             db.close()
             raise
+
+    def _configure(self, synchronous: str) -> None:
+        """The connection's settings, and the file's (WAL mode, its limits)."""
+        db = self._db
+        db.execute("PRAGMA busy_timeout=10000")
+        db.execute("PRAGMA auto_vacuum=INCREMENTAL")  # only takes on a new, empty file
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute(f"PRAGMA synchronous={synchronous}")
+        db.execute(f"PRAGMA wal_autocheckpoint={WAL_PAGES}")
+        db.execute(f"PRAGMA journal_size_limit={JOURNAL_LIMIT}")
 
     def _has_table(self, name: str) -> bool:
         found = self._db.execute(
