@@ -38,8 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from statemachine_agent import Agent, tool
+from statemachine_agent.durable import ProgressModel, build_agent, register_agent
 from statemachine_agent.effects.base import Effects, InProcessEffects
-from statemachine_agent.scale import ProgressModel, build_agent, register_agent
 from statemachine_agent.testing import replies
 
 AGENT = "bench-scaleout"

@@ -11,7 +11,7 @@ without a checkpointer, interleaved. Per length it reports:
   (messages, trail, state diff),
 - file: the SQLite file once closed, and I/O: bytes handed to write() (WAL pages),
 - the final transcript (`result.messages` as compact JSON), and payload / transcript,
-- time per checkpoint: the time spent in `PhaseContext.checkpoint()` (delta and
+- time per checkpoint: the time spent in `PhaseEnv.checkpoint()` (delta and
   store, timed by a wrapper patched in this process) / checkpoints,
 - and the engine's own time per iteration without a checkpointer, which shows
   what grows with the run's length apart from the checkpoints.
@@ -53,16 +53,16 @@ def wchar() -> int | None:
 
 
 class CheckpointClock:
-    """Times every `PhaseContext.checkpoint()` call (delta and store), in this process only."""
+    """Times every `PhaseEnv.checkpoint()` call (delta and store), in this process only."""
 
     def __init__(self) -> None:
         self.seconds = 0.0
         self.calls = 0
 
     def __enter__(self) -> CheckpointClock:
-        from statemachine_agent.machine.context import PhaseContext
+        from statemachine_agent.machine.phase_env import PhaseEnv
 
-        self.original = original = getattr(PhaseContext, "checkpoint", None)
+        self.original = original = getattr(PhaseEnv, "checkpoint", None)
         if original is not None:
 
             def timed(ctx: Any) -> Any:
@@ -73,14 +73,14 @@ class CheckpointClock:
                     self.seconds += time.perf_counter() - start
                     self.calls += 1
 
-            PhaseContext.checkpoint = timed  # type: ignore[method-assign]
+            PhaseEnv.checkpoint = timed  # type: ignore[method-assign]
         return self
 
     def __exit__(self, *exc: object) -> None:
-        from statemachine_agent.machine.context import PhaseContext
+        from statemachine_agent.machine.phase_env import PhaseEnv
 
         if self.original is not None:
-            PhaseContext.checkpoint = self.original  # type: ignore[method-assign]
+            PhaseEnv.checkpoint = self.original  # type: ignore[method-assign]
 
 
 def one_run(steps: int, path: Path | None, size: int = 0) -> dict[str, Any]:

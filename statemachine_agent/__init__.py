@@ -4,7 +4,7 @@ Every public name is importable from here: the agent and its settings, the
 models, tools and policies, what a verifier, an approval policy, an audit sink
 or a store is written against, and the errors the API raises. The subpackages
 are implementation; `statemachine_agent.testing` (test helpers) and the engine
-adapters (`statemachine_agent.effects.dbos`, `.temporal`) are imported on their own.
+adapters (`statemachine_agent.durable.dbos`, `.temporal`) are imported on their own.
 
 Every name is imported on first use (PEP 562 `__getattr__`), so importing the
 package, or running `statemachine-agent --help`, loads none of the SDKs, the
@@ -17,16 +17,16 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from statemachine_agent.agent import Agent, RunHandle
-    from statemachine_agent.audit.config import Audit
-    from statemachine_agent.audit.redact import Redactor
-    from statemachine_agent.audit.sink import AuditSink, JsonlSink, MemorySink, read_events
-    from statemachine_agent.conversation import (
+    from statemachine_agent.agent.conversation import (
         Conversation,
         ConversationConflictError,
         ConversationEndedError,
     )
+    from statemachine_agent.audit.config import Audit
+    from statemachine_agent.audit.redact import Redactor
+    from statemachine_agent.audit.sink import AuditSink, JsonlSink, MemorySink, read_events
     from statemachine_agent.effects.base import Effects
-    from statemachine_agent.machine.engine import CancelToken
+    from statemachine_agent.machine.cancel import CancelToken
     from statemachine_agent.machine.result import RunResult
     from statemachine_agent.machine.resume import MissingToolsError, RunAlreadyEndedError
     from statemachine_agent.machine.run import TransitionRecord
@@ -35,7 +35,6 @@ if TYPE_CHECKING:
     from statemachine_agent.models.openai import MissingOpenAIKeyError, OpenAIModel
     from statemachine_agent.models.replay import ReplayDivergenceError, ReplayModel
     from statemachine_agent.models.scripted import ScriptedModel
-    from statemachine_agent.output import OutputTypeError
     from statemachine_agent.persistence.base import (
         CheckpointCorruptError,
         Checkpointer,
@@ -67,10 +66,11 @@ if TYPE_CHECKING:
     from statemachine_agent.policy.verify import Claim, Verdict, Verifier, VerifyPolicy
     from statemachine_agent.tools.base import Tool, ToolCall, ToolOutcome
     from statemachine_agent.tools.builtin import calculate, end_chat, finish, get_current_time
-    from statemachine_agent.tools.context import RunContext
     from statemachine_agent.tools.decorator import tool
     from statemachine_agent.tools.mcp import MCPToolset
+    from statemachine_agent.tools.output import OutputTypeError
     from statemachine_agent.tools.registry import ToolError, ToolRegistry
+    from statemachine_agent.tools.scope import RunContext
 
 
 def _exports() -> dict[str, str]:

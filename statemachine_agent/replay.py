@@ -27,21 +27,21 @@ from pathlib import Path
 from typing import Any
 
 from statemachine_agent.agent import Agent
+from statemachine_agent.agent.subagents import SubRun
 from statemachine_agent.audit.config import Audit
 from statemachine_agent.audit.sink import MemorySink, iter_numbered, iter_run_events
-from statemachine_agent.machine.engine import CancelToken
+from statemachine_agent.machine.cancel import CancelToken
 from statemachine_agent.machine.result import RunResult
 from statemachine_agent.machine.settings import RunSettings
 from statemachine_agent.models.base import Model, ModelReply, ModelRequest, Usage
 from statemachine_agent.models.replay import ReplayDivergenceError, ReplayModel
-from statemachine_agent.output import OUTPUT_TOOL
 from statemachine_agent.persistence.base import MemoryCheckpointer
 from statemachine_agent.persistence.codec import from_plain
 from statemachine_agent.policy.approval import Approve, Decision, Defer, Deny, Edit, PolicyAnswer
 from statemachine_agent.policy.reflection import ReflectionPolicy
 from statemachine_agent.policy.verify import Claim, Verdict, VerifyPolicy
-from statemachine_agent.subagents import SubRun
 from statemachine_agent.tools.base import Tool, ToolCall, ToolOutcome
+from statemachine_agent.tools.output import OUTPUT_TOOL
 from statemachine_agent.tools.registry import ToolRegistry
 
 Step = tuple[str, str, str, tuple[tuple[str, bool], ...]]

@@ -25,7 +25,7 @@ from statemachine_agent.audit.chain import (
 )
 from statemachine_agent.audit.sink import JsonlSink, read_events
 from statemachine_agent.cli import main
-from statemachine_agent.demos import SCENARIOS
+from statemachine_agent.cli.demos import SCENARIOS
 from statemachine_agent.testing import replies
 
 Capsys = pytest.CaptureFixture[str]

@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from statemachine_agent import cli, diagrams
+from statemachine_agent import diagrams
 from statemachine_agent.audit.sink import read_events
+from statemachine_agent.cli import app as cli
 from statemachine_agent.cli import main
 from statemachine_agent.machine import table
 from statemachine_agent.machine.ends import EXIT_CODES
@@ -82,7 +83,7 @@ class TestDemo:
 
     def test_list_names_the_scenarios(self, capsys: Capsys) -> None:
         """`demo --list` prints each scenario's name and exits 0."""
-        from statemachine_agent.demos import SCENARIOS
+        from statemachine_agent.cli.demos import SCENARIOS
 
         assert main(["demo", "--list"]) == 0
         out = capsys.readouterr().out

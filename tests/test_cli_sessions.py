@@ -122,18 +122,20 @@ def imported_modules(path: Path) -> set[str]:
 
 class TestCommandModules:
     def test_no_import_cycle_between_the_command_modules(self) -> None:
-        """`cli` imports `cli_sessions`; neither it nor their shared helpers import `cli` back."""
-        package = ROOT / "statemachine_agent"
-        assert "statemachine_agent.cli_sessions" in imported_modules(package / "cli.py")
-        for name in ("cli_sessions.py", "_cli_common.py"):
-            assert "statemachine_agent.cli" not in imported_modules(package / name), name
-        assert not {m for m in imported_modules(package / "_cli_common.py") if "cli" in m}
+        """`cli.app` imports `cli.sessions`; neither it nor their shared helpers import the
+        app (or the package, which loads it) back."""
+        package = ROOT / "statemachine_agent" / "cli"
+        assert "statemachine_agent.cli.sessions" in imported_modules(package / "app.py")
+        app = {"statemachine_agent.cli", "statemachine_agent.cli.app"}
+        for name in ("sessions.py", "common.py"):
+            assert not app & imported_modules(package / name), name
+        assert not {m for m in imported_modules(package / "common.py") if "cli" in m}
 
     def test_sessions_module_imports_without_the_cli(self) -> None:
         """Importing the `replay`/`chat` commands alone does not load the main CLI module."""
         code = (
-            "import sys, statemachine_agent.cli_sessions\n"
-            "sys.exit('statemachine_agent.cli' in sys.modules)"
+            "import sys, statemachine_agent.cli.sessions\n"
+            "sys.exit('statemachine_agent.cli.app' in sys.modules)"
         )
         done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=False)
         assert done.returncode == 0

@@ -22,9 +22,9 @@ from statemachine_agent import (
     end_chat,
     tool,
 )
-from statemachine_agent.chat import repl
-from statemachine_agent.conversation import ConversationEndedError
-from statemachine_agent.demos import SCENARIOS
+from statemachine_agent.agent.conversation import ConversationEndedError
+from statemachine_agent.cli.chat import repl
+from statemachine_agent.cli.demos import SCENARIOS
 from statemachine_agent.models.base import ModelRequest
 from statemachine_agent.models.replay import ReplayDivergenceError
 from statemachine_agent.replay import replay

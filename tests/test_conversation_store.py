@@ -239,7 +239,7 @@ class TestChatCommand:
         self, tmp_path: Path
     ) -> None:
         """The chat says the line was not sent and gives the prompt back; nothing is stored."""
-        from statemachine_agent.chat import repl
+        from statemachine_agent.cli.chat import repl
 
         store, signals = tmp_path / "chat.sqlite3", tmp_path
         holder = racer(store, signals, "first", wait=0, holds=True)
@@ -397,7 +397,7 @@ _MESSAGE = st.fixed_dictionaries(
 @given(st.lists(st.lists(_MESSAGE, max_size=6), min_size=1, max_size=6))
 def test_the_log_rebuilds_any_history(histories: list[list[dict[str, Any]]]) -> None:
     """Whatever each turn did to the history (grow it, rewrite it), reloading gives the last."""
-    from statemachine_agent.conversation import _common_prefix, _Turn
+    from statemachine_agent.agent.conversation import _common_prefix, _Turn
 
     store = MemoryCheckpointer()
     before: list[dict[str, Any]] = []

@@ -80,16 +80,16 @@ class TestRoundTrip:
         self, script: list[Any], reflect: int | None
     ) -> None:
         """Any run, checkpointed at any transition, folds back to an equal record."""
-        from statemachine_agent.machine import context as context_module
+        from statemachine_agent.machine import phase_env as context_module
 
         store = SnapshotCheckpointer()
-        original = context_module.PhaseContext.checkpoint
+        original = context_module.PhaseEnv.checkpoint
 
         def spy(ctx: Any) -> None:
             store.record = ctx.state
             original(ctx)
 
-        context_module.PhaseContext.checkpoint = spy  # type: ignore[method-assign]
+        context_module.PhaseEnv.checkpoint = spy  # type: ignore[method-assign]
         try:
             Agent(
                 ScriptedModel(script),
@@ -99,7 +99,7 @@ class TestRoundTrip:
                 max_continuations=1,
             ).run("q", run_id="r")
         finally:
-            context_module.PhaseContext.checkpoint = original  # type: ignore[method-assign]
+            context_module.PhaseEnv.checkpoint = original  # type: ignore[method-assign]
         bodies = store.bodies("r")
         assert len(bodies) == len(store.snapshots)
         for i, snapshot in enumerate(store.snapshots):

@@ -20,7 +20,7 @@ import pytest
 
 from statemachine_agent.audit.sink import read_events
 from statemachine_agent.cli import main, parser
-from statemachine_agent.demos import SCENARIOS
+from statemachine_agent.cli.demos import SCENARIOS
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -132,7 +132,7 @@ def test_help_loads_no_sdk_and_no_terminal_library() -> None:
         "from statemachine_agent import cli\n"
         "cli.parser().format_help()\n"
         "heavy = ('anthropic', 'openai', 'rich', 'statemachine_agent.models.anthropic',\n"
-        "         'statemachine_agent.report', 'statemachine_agent.demos')\n"
+        "         'statemachine_agent.report', 'statemachine_agent.cli.demos')\n"
         "print(','.join(m for m in heavy if m in sys.modules))\n"
     )
     done = subprocess.run(

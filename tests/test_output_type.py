@@ -25,12 +25,12 @@ from statemachine_agent import (
     ScriptedModel,
     tool,
 )
-from statemachine_agent.output import OUTPUT_TOOL, OutputTypeError, output_spec
 from statemachine_agent.policy.verify import Claim, Verdict
 from statemachine_agent.replay import replay
 from statemachine_agent.testing import FakeAnthropicServer, replies
 from statemachine_agent.testing.assertions import assert_end_state, assert_fired
 from statemachine_agent.testing.validator import validate_request
+from statemachine_agent.tools.output import OUTPUT_TOOL, OutputTypeError, output_spec
 
 
 class Invoice(pydantic.BaseModel):

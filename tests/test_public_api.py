@@ -136,7 +136,7 @@ PUBLIC_MODULES = {
     "statemachine_agent",
     "statemachine_agent.testing",
     "statemachine_agent.effects",  # the engine adapters: `from ... import dbos, temporal`
-    "statemachine_agent.scale",
+    "statemachine_agent.durable",
     "statemachine_agent.replay",
 }
 """The modules the docs may teach importing from; every other module is implementation."""
@@ -331,3 +331,39 @@ class TestTestingExports:
     def test_documented_helpers_are_exported(self) -> None:
         """The helpers the testing guide uses are in `__all__`."""
         assert set(statemachine_agent.testing.__all__) >= REQUIRED_TESTING
+
+
+class TestMovedModules:
+    """Documented modules that moved into the package's rooms keep their old names."""
+
+    @pytest.mark.parametrize(
+        ("old", "new"),
+        [
+            ("statemachine_agent.effects.dbos", "statemachine_agent.durable.dbos"),
+            ("statemachine_agent.effects.temporal", "statemachine_agent.durable.temporal"),
+        ],
+    )
+    def test_an_adapter_is_the_same_module_under_its_old_name(self, old: str, new: str) -> None:
+        assert importlib.import_module(old) is importlib.import_module(new)
+
+    def test_the_scale_package_reaches_the_durable_helpers(self) -> None:
+        import statemachine_agent.durable as durable
+        import statemachine_agent.scale as scale
+
+        assert scale.__all__ == durable.__all__
+        for name in durable.__all__:
+            assert getattr(scale, name) is getattr(durable, name), name
+
+    def test_the_root_holds_at_most_eight_modules(self) -> None:
+        """The edges live in rooms (agent/, cli/, durable/, ...), not loose at the root."""
+        root = Path(statemachine_agent.__file__).parent
+        loose = sorted(p.name for p in root.glob("*.py") if p.name != "__init__.py")
+        assert len(loose) <= 8, loose
+
+    def test_every_room_says_what_lives_there(self) -> None:
+        root = Path(statemachine_agent.__file__).parent
+        for init in sorted(root.glob("*/__init__.py")):
+            module = importlib.import_module(f"statemachine_agent.{init.parent.name}")
+            assert (module.__doc__ or "").strip(), (
+                f"{init.parent.name}/__init__.py has no docstring"
+            )

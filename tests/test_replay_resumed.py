@@ -24,7 +24,7 @@ from statemachine_agent import (
 )
 from statemachine_agent.audit.sink import read_events
 from statemachine_agent.cli import main
-from statemachine_agent.demos import SCENARIOS
+from statemachine_agent.cli.demos import SCENARIOS
 from statemachine_agent.replay import replay, segments
 from statemachine_agent.testing import replies
 

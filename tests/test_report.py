@@ -26,7 +26,7 @@ from selenium.webdriver.common.by import By
 from statemachine_agent import diagrams
 from statemachine_agent.audit.sink import read_events, run_events
 from statemachine_agent.cli import main
-from statemachine_agent.demos import SCENARIOS
+from statemachine_agent.cli.demos import SCENARIOS
 from statemachine_agent.report import (
     ReportError,
     RunProgress,

@@ -22,8 +22,8 @@ from opentelemetry.trace import Tracer
 from statemachine_agent import Approve
 from statemachine_agent.audit.chain import verify_file
 from statemachine_agent.audit.sink import read_events
+from statemachine_agent.durable import UnknownAgentError
 from statemachine_agent.effects import dbos
-from statemachine_agent.scale import UnknownAgentError
 from statemachine_agent.testing.postgres import LocalPostgres
 from tests.support import scale_agents as agents
 from tests.support.scale_agents import (

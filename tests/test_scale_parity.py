@@ -21,18 +21,18 @@ from typing import Any
 import pytest
 
 from statemachine_agent import Agent, ScriptedModel, SQLiteCheckpointer
-from statemachine_agent.effects import dbos
-from statemachine_agent.effects.base import Effects, InProcessEffects
-from statemachine_agent.machine.result import RunResult
-from statemachine_agent.scale import (
+from statemachine_agent.durable import (
     UnknownAgentError,
     agent_factory,
     build_agent,
     register_agent,
     unregister_agent,
 )
-from statemachine_agent.scale.codec import result_from_plain
-from statemachine_agent.scale.devserver import TemporalDevServer
+from statemachine_agent.durable.codec import result_from_plain
+from statemachine_agent.durable.devserver import TemporalDevServer
+from statemachine_agent.effects import dbos
+from statemachine_agent.effects.base import Effects, InProcessEffects
+from statemachine_agent.machine.result import RunResult
 from tests.support import scale_agents as agents
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -21,8 +21,8 @@ import pytest
 
 from statemachine_agent.audit.chain import verify_file
 from statemachine_agent.audit.sink import read_events
-from statemachine_agent.scale.codec import result_from_plain
-from statemachine_agent.scale.devserver import TemporalDevServer
+from statemachine_agent.durable.codec import result_from_plain
+from statemachine_agent.durable.devserver import TemporalDevServer
 from tests.support import scale_agents as agents
 from tests.support.scale_agents import (
     assert_one_trace,

@@ -201,7 +201,7 @@ class TestPostgres:
 def encrypted_resumed_file(tmp_path: Path, key: str) -> Path:
     """The approval demo on an encrypted store: a pause, then a resume appending to the
     same encrypted audit file (so its chain is continued from the envelopes on disk)."""
-    from statemachine_agent.demos import SCENARIOS
+    from statemachine_agent.cli.demos import SCENARIOS
 
     scenario = SCENARIOS["approval"]
     store = SQLiteCheckpointer(tmp_path / "runs.sqlite3", encryption_key=key)

@@ -36,7 +36,6 @@ from statemachine_agent.context.summary import SUMMARY_SYSTEM
 from statemachine_agent.models.anthropic import needs_streaming
 from statemachine_agent.models.base import ModelRequest
 from statemachine_agent.models.openai import OpenAIModel
-from statemachine_agent.output import OUTPUT_TOOL
 from statemachine_agent.persistence.codec import record_to_plain
 from statemachine_agent.stream.events import (
     ReplyRestarted,
@@ -56,6 +55,7 @@ from statemachine_agent.testing.openai_server import (
     chat_text,
     chat_tool_calls,
 )
+from statemachine_agent.tools.output import OUTPUT_TOOL
 
 API_KEY = "sk-ant-api03-TESTSECRET-abcdefghijklmnop"
 CACHED = {

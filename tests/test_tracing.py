@@ -20,7 +20,7 @@ from opentelemetry.trace import StatusCode
 
 from statemachine_agent import Agent, AnthropicModel, Approve, Budget, calculate, tool
 from statemachine_agent.audit.config import Audit
-from statemachine_agent.telemetry import (
+from statemachine_agent.audit.telemetry import (
     CAPTURE_CONTENT,
     continued,
     trace_carrier,

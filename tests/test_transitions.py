@@ -17,9 +17,9 @@ import pytest
 from statemachine_agent.audit.events import Emitter
 from statemachine_agent.audit.sink import MemorySink
 from statemachine_agent.effects.base import InProcessEffects
-from statemachine_agent.machine.context import AgentDeps, PhaseContext
 from statemachine_agent.machine.ends import END_STATES, RESUMABLE_STATES
 from statemachine_agent.machine.engine import PHASES, Engine, Interruptible
+from statemachine_agent.machine.phase_env import AgentDeps, PhaseEnv
 from statemachine_agent.machine.run import RunError, RunRecord
 from statemachine_agent.machine.settings import RunSettings
 from statemachine_agent.machine.table import (
@@ -245,7 +245,7 @@ ARRANGEMENTS: dict[tuple[str, str, str, tuple[str, ...]], Arrange] = {
 }
 
 
-def make_context(state: str) -> PhaseContext:
+def make_context(state: str) -> PhaseEnv:
     record = RunRecord(
         run_id="run_test",
         settings=RunSettings(budget=Budget(max_iterations=3)),
@@ -258,7 +258,7 @@ def make_context(state: str) -> PhaseContext:
         effects=InProcessEffects(),
         prices=DEFAULT_PRICE_TABLE,
     )
-    return PhaseContext(state=record, deps=deps, emitter=Emitter("run_test", sinks=[MemorySink()]))
+    return PhaseEnv(state=record, deps=deps, emitter=Emitter("run_test", sinks=[MemorySink()]))
 
 
 @pytest.fixture(scope="module")

@@ -42,7 +42,7 @@ class Audit:
     to any sink (it is redacted) nor shown by `repr`."""
     tracer_provider: Any = None
     """An OpenTelemetry `TracerProvider` the runs' spans go to (see
-    `statemachine_agent.telemetry`); `None`: the application's global one, if it set
+    `statemachine_agent.audit.telemetry`); `None`: the application's global one, if it set
     one; `False`: no tracing for this agent. Needs the `otel` extra."""
 
     def __post_init__(self) -> None:

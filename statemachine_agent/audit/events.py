@@ -31,7 +31,7 @@ LOGGER_NAME = "statemachine_agent"
 FLUSH_AFTER = frozenset({"model.requested", "tool.called", "run.ended"})
 """Events after which buffering sinks are flushed: the run is about to wait on the
 model, a tool is about to act on the world, or the run is over. Checkpoints flush
-too (`PhaseContext.checkpoint`), so the audit file never lags what the store holds."""
+too (`PhaseEnv.checkpoint`), so the audit file never lags what the store holds."""
 
 _CAPTURES: ContextVar[tuple[list[dict[str, Any]], ...]] = ContextVar(
     "statemachine_agent_captures", default=()

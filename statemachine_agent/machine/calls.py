@@ -15,9 +15,9 @@ import contextlib
 from dataclasses import replace
 from typing import Literal
 
-from statemachine_agent.machine.context import PhaseContext
 from statemachine_agent.machine.failures import ComponentError
 from statemachine_agent.machine.guards import budget_reason
+from statemachine_agent.machine.phase_env import PhaseEnv
 from statemachine_agent.models.base import Model, ModelError, ModelReply, ModelRequest
 from statemachine_agent.models.streaming import muted
 from statemachine_agent.models.waiting import wait_limit
@@ -45,7 +45,7 @@ class BudgetSpentError(ModelError):
 
 
 async def call_model(
-    ctx: PhaseContext,
+    ctx: PhaseEnv,
     request: ModelRequest,
     *,
     purpose: Purpose = "loop",
@@ -94,7 +94,7 @@ async def call_model(
 
 
 async def _with_fallbacks(
-    ctx: PhaseContext, model: Model, request: ModelRequest, step: int, fallbacks: bool
+    ctx: PhaseEnv, model: Model, request: ModelRequest, step: int, fallbacks: bool
 ) -> ModelReply:
     """Call the model; on overload or rate limit, try each fallback model in turn.
 
@@ -119,7 +119,7 @@ async def _with_fallbacks(
     raise error
 
 
-async def _call(ctx: PhaseContext, model: Model, request: ModelRequest) -> ModelReply:
+async def _call(ctx: PhaseEnv, model: Model, request: ModelRequest) -> ModelReply:
     try:
         with wait_limit(_time_left(ctx)):
             return await ctx.deps.effects.call_model(model, request)
@@ -129,14 +129,14 @@ async def _call(ctx: PhaseContext, model: Model, request: ModelRequest) -> Model
         raise ComponentError(f"model adapter {type(model).__name__} ({model.name})", exc) from exc
 
 
-def _time_left(ctx: PhaseContext) -> float | None:
+def _time_left(ctx: PhaseEnv) -> float | None:
     """Seconds the run has left under `Budget.max_seconds` (None without that limit):
     no retry wait inside the call may pass it."""
     limit = ctx.state.budget.max_seconds
     return None if limit is None else limit - ctx.state.elapsed_s
 
 
-def charge(ctx: PhaseContext, reply: ModelReply, model: Model, *, iteration: bool) -> float:
+def charge(ctx: PhaseEnv, reply: ModelReply, model: Model, *, iteration: bool) -> float:
     """Count a model call against the run: its tokens and their price (and an iteration,
     for calls of the loop itself; a critic's or a salvage call costs but is not a step).
     """
@@ -149,7 +149,7 @@ def charge(ctx: PhaseContext, reply: ModelReply, model: Model, *, iteration: boo
     return cost
 
 
-def price_of(ctx: PhaseContext, reply: ModelReply, model: Model) -> float:
+def price_of(ctx: PhaseEnv, reply: ModelReply, model: Model) -> float:
     """What a reply cost, at the price of the model that answered (when it is priced)."""
     prices = ctx.deps.prices
     name = reply.model if reply.model and prices.get(reply.model) else model.name

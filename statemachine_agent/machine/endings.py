@@ -11,9 +11,9 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from statemachine_agent.machine.context import PhaseContext
 from statemachine_agent.machine.ends import ENDS
 from statemachine_agent.machine.guards import KNOWN_STOP_REASONS, budget_reason
+from statemachine_agent.machine.phase_env import PhaseEnv
 from statemachine_agent.machine.salvage import salvage
 
 
@@ -29,15 +29,15 @@ class Ending:
     """The typed answer, when the run has an output type and the model gave one."""
 
 
-Handler = Callable[[PhaseContext], Awaitable[Ending]]
+Handler = Callable[[PhaseEnv], Awaitable[Ending]]
 
 
-def _last_text(ctx: PhaseContext) -> str:
+def _last_text(ctx: PhaseEnv) -> str:
     reply = ctx.state.last_reply
     return reply.text if reply else ""
 
 
-async def completed(ctx: PhaseContext) -> Ending:
+async def completed(ctx: PhaseEnv) -> Ending:
     """The model's final text is the answer (with any continued, cut-off parts before it)."""
     run = ctx.state
     reply = run.last_reply
@@ -48,7 +48,7 @@ async def completed(ctx: PhaseContext) -> Ending:
     return Ending(run.continuation.partial_text + _last_text(ctx), reason)
 
 
-async def finished(ctx: PhaseContext) -> Ending:
+async def finished(ctx: PhaseEnv) -> Ending:
     """The finish tool's input is the structured result; its summary is the text."""
     data = dict(ctx.state.finish or {})
     status = data.get("status", "completed")
@@ -59,7 +59,7 @@ async def finished(ctx: PhaseContext) -> Ending:
     return Ending(summary, reason, data=data, output=typed_output(ctx))
 
 
-async def budget_exhausted(ctx: PhaseContext) -> Ending:
+async def budget_exhausted(ctx: PhaseEnv) -> Ending:
     """Name the limit and its figures, then salvage a summary of what was found."""
     why = budget_reason(ctx.state) or "a budget limit was reached"
     reason = f"budget exhausted: {why}"
@@ -69,7 +69,7 @@ async def budget_exhausted(ctx: PhaseContext) -> Ending:
     return Ending(summary, reason, details=details)
 
 
-async def stalled(ctx: PhaseContext) -> Ending:
+async def stalled(ctx: PhaseEnv) -> Ending:
     """Name the repeated pattern; salvage a summary when the stall policy asks for it."""
     run = ctx.state
     finding = run.stall.finding or {}
@@ -85,7 +85,7 @@ async def stalled(ctx: PhaseContext) -> Ending:
     return Ending(summary, reason, details={**details, **extra})
 
 
-async def truncated(ctx: PhaseContext) -> Ending:
+async def truncated(ctx: PhaseEnv) -> Ending:
     """The output hit max_tokens; a tool call cut off inside it is never run."""
     reply = ctx.state.last_reply
     cut_tool = bool(reply and reply.tool_uses)
@@ -100,7 +100,7 @@ async def truncated(ctx: PhaseContext) -> Ending:
     )
 
 
-async def refused(ctx: PhaseContext) -> Ending:
+async def refused(ctx: PhaseEnv) -> Ending:
     """Keep the API's stop details: they say which policy applied."""
     reply = ctx.state.last_reply
     details = dict(reply.stop_details) if reply and reply.stop_details else {}
@@ -109,7 +109,7 @@ async def refused(ctx: PhaseContext) -> Ending:
     return Ending(_last_text(ctx), reason, details={"stop_details": details})
 
 
-async def context_overflow(ctx: PhaseContext) -> Ending:
+async def context_overflow(ctx: PhaseEnv) -> Ending:
     """Say how large the prompt was, as far as the API told us."""
     run = ctx.state
     input_tokens = run.last_reply.usage.input_tokens if run.last_reply else None
@@ -127,7 +127,7 @@ async def context_overflow(ctx: PhaseContext) -> Ending:
     )
 
 
-async def failed(ctx: PhaseContext) -> Ending:
+async def failed(ctx: PhaseEnv) -> Ending:
     """An error class, status and request id when an error ended the run; else the reply's fault."""
     run = ctx.state
     if run.error is not None:
@@ -172,7 +172,7 @@ async def failed(ctx: PhaseContext) -> Ending:
     return Ending("", f"failed: {why}", details={"stop_reason": reply.stop_reason})
 
 
-async def cancelled(ctx: PhaseContext) -> Ending:
+async def cancelled(ctx: PhaseEnv) -> Ending:
     """Everything done so far is kept in the result's messages; a reply cut while it
     streamed gives the text it had written."""
     return Ending(
@@ -181,7 +181,7 @@ async def cancelled(ctx: PhaseContext) -> Ending:
     )
 
 
-async def awaiting_approval(ctx: PhaseContext) -> Ending:
+async def awaiting_approval(ctx: PhaseEnv) -> Ending:
     """List the calls waiting for a decision; `Agent.resume` continues with the answers."""
     run = ctx.state
     waiting = set(run.approval.awaiting)
@@ -199,7 +199,7 @@ async def awaiting_approval(ctx: PhaseContext) -> Ending:
     )
 
 
-def typed_output(ctx: PhaseContext) -> Any:
+def typed_output(ctx: PhaseEnv) -> Any:
     """The typed value of the run's answer, built again from its checkpointed JSON form
     (None without an output type, or when the answer came through another tool)."""
     spec, finish = ctx.deps.output, ctx.state.finish

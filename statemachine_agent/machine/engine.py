@@ -9,23 +9,21 @@ costs no machine construction and no `add_model` bookkeeping.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import dataclasses
-import threading
 import traceback
-from collections.abc import Coroutine, Mapping
+from collections.abc import Mapping
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from transitions import Machine, State
 
 from statemachine_agent.context.notices import close_pending, unanswered_tool_uses
 from statemachine_agent.machine import observers
-from statemachine_agent.machine.context import PhaseContext
+from statemachine_agent.machine.cancel import CancelToken
 from statemachine_agent.machine.endings import ENDINGS, Ending
 from statemachine_agent.machine.ends import END_BY_NAME, END_STATES, RESUMABLE_STATES
 from statemachine_agent.machine.failures import ComponentError, GuardError
 from statemachine_agent.machine.guards import GUARDS, Guard
+from statemachine_agent.machine.phase_env import PhaseEnv
 from statemachine_agent.machine.result import RunResult
 from statemachine_agent.machine.run import RunError, RunRecord, TransitionRecord
 from statemachine_agent.machine.table import ROWS, STATES, Row
@@ -51,7 +49,7 @@ class MachineDefinitionError(RuntimeError):
 class Phase(Protocol):
     """What runs a working state: it does its work and names a trigger of its rows."""
 
-    async def run(self, ctx: PhaseContext) -> str: ...
+    async def run(self, ctx: PhaseEnv) -> str: ...
 
 
 @runtime_checkable
@@ -62,13 +60,7 @@ class Interruptible(Protocol):
     for it: it records why and names the trigger its rows expect.
     """
 
-    def interrupted(self, ctx: PhaseContext) -> str: ...
-
-
-def _deadline_only(phase: object) -> bool:
-    """Whether only a deadline, not a plain cancel, may abandon the phase's work (act:
-    after `cancel()` the tools in flight are left to finish)."""
-    return bool(getattr(phase, "deadline_only", False))
+    def interrupted(self, ctx: PhaseEnv) -> str: ...
 
 
 PHASES: Mapping[str, Phase] = {
@@ -145,7 +137,7 @@ class Engine:
     def __init__(self) -> None:
         self.machine = build_machine()
 
-    def fire(self, ctx: PhaseContext, trigger: str) -> TransitionRecord:
+    def fire(self, ctx: PhaseEnv, trigger: str) -> TransitionRecord:
         """Fire `trigger` from the run's state and record the transition."""
         run = ctx.state
         source = run.state
@@ -184,7 +176,7 @@ class Engine:
 
     async def drive(
         self,
-        ctx: PhaseContext,
+        ctx: PhaseEnv,
         *,
         cancel: CancelToken | None = None,
         resumed: bool = False,
@@ -238,7 +230,7 @@ class Engine:
                     self.fire(ctx, "crashed")
         return await self._end(ctx)
 
-    def _fire_or_crash(self, ctx: PhaseContext, trigger: str) -> str | None:
+    def _fire_or_crash(self, ctx: PhaseEnv, trigger: str) -> str | None:
         """Fire `trigger`; a row or guard defect ends the run through `crashed`.
 
         Returns the trigger to fire next without running a phase: the `carry_on`
@@ -256,7 +248,7 @@ class Engine:
             return None
         return ctx.entered_by.carry_on if ctx.entered_by is not None else None
 
-    async def _step(self, ctx: PhaseContext, cancel: CancelToken | None) -> str:
+    async def _step(self, ctx: PhaseEnv, cancel: CancelToken | None) -> str:
         """Run the current phase; a defect in it, or in a component it calls, becomes the
         `crashed` trigger, with the component named when it was one."""
         run = ctx.state
@@ -279,7 +271,7 @@ class Engine:
         ctx.emitter.emit("phase.crashed", state=run.state, error=run.error.message)
         return "crashed"
 
-    async def _end(self, ctx: PhaseContext) -> RunResult:
+    async def _end(self, ctx: PhaseEnv) -> RunResult:
         run = ctx.state
         handler = ENDINGS[run.state]
         answers = {o.tool_use_id: o.to_block() for o in run.outcomes}
@@ -349,7 +341,7 @@ class Engine:
         return result
 
 
-def _component_failure(ctx: PhaseContext) -> RunError | None:
+def _component_failure(ctx: PhaseEnv) -> RunError | None:
     """A failed checkpoint or audit write: the run must not go on without them."""
     if ctx.checkpoint_error is not None:
         return RunError(kind="CheckpointError", message=ctx.checkpoint_error)
@@ -372,68 +364,3 @@ def _describe_defect(exc: BaseException) -> str:
     where = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
     place = f" at {where[0].filename}:{where[0].lineno}" if where else ""
     return f"{type(exc).__name__}: {exc}{place}"
-
-
-class CancelToken:
-    """Asks a run to stop at its next transition boundary, from any thread.
-
-    A model call in flight is cancelled at once (its reply would be discarded
-    anyway); tools in flight are left to finish so every tool_use gets its result,
-    except past a deadline (`cancel_after`): a deadline is a promise about time,
-    so its tools are cancelled and abandoned, each answered as "abandoned after
-    N s; it may still be running".
-    """
-
-    def __init__(self) -> None:
-        self._cancelled = False
-        self._deadline = False
-        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
-
-    @property
-    def cancelled(self) -> bool:
-        return self._cancelled
-
-    def interrupts(self, phase: object) -> bool:
-        """Whether this token's cancellation abandons the work of an `Interruptible` phase."""
-        return self._deadline or not _deadline_only(phase)
-
-    def cancel_after(self, seconds: float) -> None:
-        """Cancel once `seconds` have passed (a deadline for the run: tools are abandoned)."""
-        self._deadline = True
-        timer = threading.Timer(seconds, self.cancel)
-        timer.daemon = True
-        timer.start()
-
-    def cancel(self) -> None:
-        self._cancelled = True
-        waiters, self._waiters = self._waiters, []
-        for loop, future in waiters:
-            loop.call_soon_threadsafe(_resolve, future)
-
-    async def race(self, work: Coroutine[Any, Any, T]) -> tuple[bool, T | None]:
-        """Await `work` unless cancellation comes first: `(True, result)`, or `(False, None)`
-        with the work cancelled. It knows nothing of states; the phase decides what an
-        abandoned piece of work means."""
-        loop = asyncio.get_running_loop()
-        waiter: asyncio.Future[None] = loop.create_future()
-        self._waiters.append((loop, waiter))
-        if self._cancelled:
-            _resolve(waiter)
-        task: asyncio.Task[T] = asyncio.ensure_future(work)
-        try:
-            pending: set[asyncio.Future[Any]] = {task, waiter}
-            await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            if (loop, waiter) in self._waiters:
-                self._waiters.remove((loop, waiter))
-        if task.done():
-            return True, task.result()
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-        return False, None
-
-
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)

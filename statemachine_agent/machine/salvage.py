@@ -14,7 +14,7 @@ from typing import Any
 
 from statemachine_agent.context.notices import add_user_text
 from statemachine_agent.machine.calls import call_model, price_of
-from statemachine_agent.machine.context import PhaseContext
+from statemachine_agent.machine.phase_env import PhaseEnv
 from statemachine_agent.models.base import ModelError
 from statemachine_agent.phases.perceive import build_request
 from statemachine_agent.phases.reason import append_reply
@@ -28,7 +28,7 @@ def salvage_notice(why: str) -> str:
     )
 
 
-async def salvage(ctx: PhaseContext, why: str) -> tuple[str, dict[str, Any]]:
+async def salvage(ctx: PhaseEnv, why: str) -> tuple[str, dict[str, Any]]:
     """Make the salvage call; returns its text and the facts to report (usage, cost)."""
     run = ctx.state
     taken = run.subagents.limit_salvage
@@ -57,7 +57,7 @@ MIN_SUMMARY_TOKENS = 64
 """A salvage call allowed fewer output tokens than this is not worth making."""
 
 
-def _affordable_tokens(ctx: PhaseContext) -> int | None:
+def _affordable_tokens(ctx: PhaseEnv) -> int | None:
     """The salvage call's output limit: `salvage_max_tokens`, lowered so that its
     estimated input plus that output fit `salvage_max_cost_usd`; None when too little
     would fit. Without a cost cap (or a price for the model), just the token limit."""
@@ -73,5 +73,5 @@ def _affordable_tokens(ctx: PhaseContext) -> int | None:
     return min(limit, affordable)
 
 
-def request_has_tools(ctx: PhaseContext) -> bool:
+def request_has_tools(ctx: PhaseEnv) -> bool:
     return len(ctx.deps.tools) > 0

@@ -17,18 +17,7 @@ import inspect
 from types import MappingProxyType
 from typing import Literal
 
-from statemachine_agent.machine.context import PhaseContext
-from statemachine_agent.machine.failures import ComponentError
-from statemachine_agent.models.base import Usage
-from statemachine_agent.policy.approval import (
-    Approve,
-    Defer,
-    Deny,
-    Edit,
-    PolicyAnswer,
-    decision_from_plain,
-)
-from statemachine_agent.subagents import (
+from statemachine_agent.agent.subagents import (
     ParentScope,
     SubRun,
     child_key,
@@ -38,8 +27,19 @@ from statemachine_agent.subagents import (
     parent_scope,
     take_decisions,
 )
+from statemachine_agent.machine.failures import ComponentError
+from statemachine_agent.machine.phase_env import PhaseEnv
+from statemachine_agent.models.base import Usage
+from statemachine_agent.policy.approval import (
+    Approve,
+    Defer,
+    Deny,
+    Edit,
+    PolicyAnswer,
+    decision_from_plain,
+)
 from statemachine_agent.tools.base import ErrorKind, ToolCall, ToolOutcome
-from statemachine_agent.tools.context import RunScope, tool_scope
+from statemachine_agent.tools.scope import RunScope, tool_scope
 
 ANSWER_ERRORS: frozenset[ErrorKind] = frozenset({"invalid_input", "raised"})
 """Failures of a run-ending tool that mean its input (the answer) was rejected."""
@@ -54,12 +54,12 @@ class Act:
 
     deadline_only = True
 
-    def interrupted(self, ctx: PhaseContext) -> Literal["tools_done"]:
+    def interrupted(self, ctx: PhaseEnv) -> Literal["tools_done"]:
         """A deadline abandoned the tools in flight; `run` answered each as it stopped."""
         self._sort(ctx)
         return "tools_done"
 
-    async def run(self, ctx: PhaseContext) -> Literal["tools_done"]:
+    async def run(self, ctx: PhaseEnv) -> Literal["tools_done"]:
         run, deps = ctx.state, ctx.deps
         done = {outcome.tool_use_id for outcome in run.outcomes}
         run.approval.awaiting = []
@@ -100,13 +100,13 @@ class Act:
         self._sort(ctx)
         return "tools_done"
 
-    def _sort(self, ctx: PhaseContext) -> None:
+    def _sort(self, ctx: PhaseEnv) -> None:
         """Outcomes in the order of the calls, as the history wants them."""
         run = ctx.state
         order = {call.id: i for i, call in enumerate(run.pending_calls)}
         run.outcomes.sort(key=lambda o: order.get(o.tool_use_id, len(order)))
 
-    def _abandon(self, ctx: PhaseContext, calls: list[ToolCall], seconds: float) -> None:
+    def _abandon(self, ctx: PhaseEnv, calls: list[ToolCall], seconds: float) -> None:
         """Answer the calls still running when the act is stopped (a deadline passed).
 
         Their tasks are cancelled, not awaited: a handler may ignore that, or have
@@ -130,7 +130,7 @@ class Act:
             self._record(ctx, call, outcome)
 
     def _over_limit(
-        self, ctx: PhaseContext, call: ToolCall, admitted: dict[str, int]
+        self, ctx: PhaseEnv, call: ToolCall, admitted: dict[str, int]
     ) -> ToolOutcome | None:
         """Past its tool's limit a call is answered instead of run.
 
@@ -156,7 +156,7 @@ class Act:
         admitted[call.name] = admitted.get(call.name, 0) + 1
         return None
 
-    async def _approve(self, ctx: PhaseContext, call: ToolCall) -> ToolCall | ToolOutcome | None:
+    async def _approve(self, ctx: PhaseEnv, call: ToolCall) -> ToolCall | ToolOutcome | None:
         """The call to run (maybe edited), a denial to answer with, or None if deferred."""
         run, deps = ctx.state, ctx.deps
         tool = deps.tools.get(call.name)
@@ -192,7 +192,7 @@ class Act:
         run.approval.awaiting.append(call.id)
         return None
 
-    def _from_child(self, ctx: PhaseContext, call: ToolCall, sub: SubRun) -> ToolOutcome | None:
+    def _from_child(self, ctx: PhaseEnv, call: ToolCall, sub: SubRun) -> ToolOutcome | None:
         """A sub-agent's run came back: charge the parent what it spent since it was last
         charged, and answer the call, or (the child paused for approval, or was cancelled
         with the parent) leave it open for the parent's resume to carry on."""
@@ -236,7 +236,7 @@ class Act:
             error_kind="raised" if is_error else None,
         )  # fmt: skip
 
-    def _record(self, ctx: PhaseContext, call: ToolCall, outcome: ToolOutcome) -> None:
+    def _record(self, ctx: PhaseEnv, call: ToolCall, outcome: ToolOutcome) -> None:
         """Keep the outcome (without its raw value, which need not be JSON) and checkpoint."""
         run = ctx.state
         if isinstance(outcome.data, SubRun):

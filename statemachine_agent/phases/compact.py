@@ -17,13 +17,13 @@ from __future__ import annotations
 from typing import Literal
 
 from statemachine_agent.context.compaction import compact_tool_results
-from statemachine_agent.machine.context import PhaseContext
+from statemachine_agent.machine.phase_env import PhaseEnv
 
 
 class Compact:
     """Drops what overflowed, compacts the history; names `compacted`."""
 
-    async def run(self, ctx: PhaseContext) -> Literal["compacted"]:
+    async def run(self, ctx: PhaseEnv) -> Literal["compacted"]:
         run = ctx.state
         if ctx.arrival == "instead_of_summary":
             compact_history(ctx, keep=ctx.deps.context.keep_tool_results, forced=False)
@@ -36,7 +36,7 @@ class Compact:
         return "compacted"
 
 
-def compact_history(ctx: PhaseContext, *, keep: int, forced: bool) -> None:
+def compact_history(ctx: PhaseEnv, *, keep: int, forced: bool) -> None:
     """Replace all but the last `keep` tool results with placeholders, and say so.
 
     Shared by this phase (forced, after an overflow) and `perceive` (when the

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Literal
 
 from statemachine_agent.context.notices import add_user_text
-from statemachine_agent.machine.context import PhaseContext
+from statemachine_agent.machine.phase_env import PhaseEnv
 
 CONTINUE_NOTICE = (
     "[system notice] Your previous reply was cut off at the output limit. "
@@ -22,7 +22,7 @@ CONTINUE_NOTICE = (
 class Continue:
     """Keeps the cut-off text and asks for the rest; names `continued`."""
 
-    async def run(self, ctx: PhaseContext) -> Literal["continued"]:
+    async def run(self, ctx: PhaseEnv) -> Literal["continued"]:
         run = ctx.state
         run.continuation.count += 1
         run.continuation.partial_text += run.last_reply.text if run.last_reply else ""

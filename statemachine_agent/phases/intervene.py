@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Literal
 
 from statemachine_agent.context.notices import add_user_text
-from statemachine_agent.machine.context import PhaseContext
+from statemachine_agent.machine.phase_env import PhaseEnv
 
 
 def intervention_text(finding: dict[str, object], number: int, allowed: int) -> str:
@@ -27,7 +27,7 @@ def intervention_text(finding: dict[str, object], number: int, allowed: int) -> 
 class Intervene:
     """Adds the intervention to the history; names `intervened`."""
 
-    async def run(self, ctx: PhaseContext) -> Literal["intervened"]:
+    async def run(self, ctx: PhaseEnv) -> Literal["intervened"]:
         run = ctx.state
         policy = run.settings.stall
         finding = dict(run.stall.finding or {})

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from typing import Literal
 
-from statemachine_agent.machine.context import PhaseContext
+from statemachine_agent.machine.phase_env import PhaseEnv
 
 
 class Observe:
     """Appends the results, records them for the stall detector, names `observed`."""
 
-    async def run(self, ctx: PhaseContext) -> Literal["observed"]:
+    async def run(self, ctx: PhaseEnv) -> Literal["observed"]:
         run = ctx.state
         if run.outcomes:
             run.messages.append(

@@ -17,8 +17,8 @@ from typing import Literal
 
 from statemachine_agent.context.caching import cache_last_tool, cache_latest_message
 from statemachine_agent.context.summary import summary_cut
-from statemachine_agent.machine.context import PhaseContext
 from statemachine_agent.machine.guards import summary_due
+from statemachine_agent.machine.phase_env import PhaseEnv
 from statemachine_agent.models.base import JSON, ModelRequest
 from statemachine_agent.phases.compact import compact_history
 
@@ -26,7 +26,7 @@ from statemachine_agent.phases.compact import compact_history
 class Perceive:
     """Builds the next request; the guards then decide whether it may be sent."""
 
-    async def run(self, ctx: PhaseContext) -> Literal["prepared"]:
+    async def run(self, ctx: PhaseEnv) -> Literal["prepared"]:
         await refresh_tools(ctx)
         run, policy = ctx.state, ctx.deps.context
         if policy.compact_at_tokens is not None or policy.summarize_at_tokens is not None:
@@ -39,7 +39,7 @@ class Perceive:
         return "prepared"
 
 
-async def refresh_tools(ctx: PhaseContext) -> None:
+async def refresh_tools(ctx: PhaseEnv) -> None:
     """List the tools of toolsets whose list changed (or was never listed).
 
     A toolset that cannot list keeps the tools it had; the run goes on without
@@ -50,7 +50,7 @@ async def refresh_tools(ctx: PhaseContext) -> None:
         ctx.emitter.emit("toolset.failed", iteration=run.iteration, error=problem)
 
 
-async def measure(ctx: PhaseContext) -> int:
+async def measure(ctx: PhaseEnv) -> int:
     """How many tokens the prompt about to be sent takes.
 
     Estimated locally by default; with `count_tokens` on, the model's own
@@ -73,7 +73,7 @@ def system_blocks(text: str | None, *, cache: bool) -> list[JSON]:
 
 
 def build_request(
-    ctx: PhaseContext, *, tool_choice: JSON | None = None, max_tokens: int | None = None
+    ctx: PhaseEnv, *, tool_choice: JSON | None = None, max_tokens: int | None = None
 ) -> ModelRequest:
     """The request for the run's current history; `tool_choice` only for special calls."""
     deps = ctx.deps

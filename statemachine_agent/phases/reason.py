@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Literal
 
 from statemachine_agent.machine.calls import call_model
-from statemachine_agent.machine.context import PhaseContext
+from statemachine_agent.machine.phase_env import PhaseEnv
 from statemachine_agent.machine.run import RunError
 from statemachine_agent.models.base import JSON, ModelError, ModelReply
 from statemachine_agent.models.streaming import partial_text
@@ -21,7 +21,7 @@ from statemachine_agent.tools.base import ToolCall
 class Reason:
     """Calls the model once; names `replied` or `model_failed`."""
 
-    def interrupted(self, ctx: PhaseContext) -> Literal["model_failed"]:
+    def interrupted(self, ctx: PhaseEnv) -> Literal["model_failed"]:
         """A cancel abandoned the call in flight: its reply would be discarded anyway.
 
         The text it had streamed (to someone watching the run) is kept for the
@@ -37,7 +37,7 @@ class Reason:
                              partial_text=partial)  # fmt: skip
         return "model_failed"
 
-    async def run(self, ctx: PhaseContext) -> Literal["replied", "model_failed"]:
+    async def run(self, ctx: PhaseEnv) -> Literal["replied", "model_failed"]:
         run = ctx.state
         run.notes.pop("partial_text", None)  # a new call: an older cut reply is history
         request = ctx.request or build_request(ctx)

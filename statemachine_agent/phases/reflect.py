@@ -13,7 +13,7 @@ from typing import Literal
 
 from statemachine_agent.context.notices import add_user_text
 from statemachine_agent.machine.calls import call_model
-from statemachine_agent.machine.context import PhaseContext
+from statemachine_agent.machine.phase_env import PhaseEnv
 from statemachine_agent.models.base import JSON, ModelError, ModelRequest
 
 PROGRESS_CHECK = (
@@ -58,7 +58,7 @@ def transcript(messages: list[JSON], limit: int = 20_000) -> str:
 class Reflect:
     """Adds a progress check or a critique; names `reflected`."""
 
-    async def run(self, ctx: PhaseContext) -> Literal["reflected"]:
+    async def run(self, ctx: PhaseEnv) -> Literal["reflected"]:
         run, deps = ctx.state, ctx.deps
         run.last_reflection = run.iteration
         note = PROGRESS_CHECK
@@ -72,7 +72,7 @@ class Reflect:
         ctx.emitter.emit("reflection.added", iteration=run.iteration, source=source, text=note)
         return "reflected"
 
-    async def _critique(self, ctx: PhaseContext) -> str:
+    async def _critique(self, ctx: PhaseEnv) -> str:
         """Ask the critic model; its usage counts against the run's budget."""
         run, critic = ctx.state, ctx.deps.critic
         assert critic is not None

@@ -25,7 +25,7 @@ from statemachine_agent.context.summary import (
     summary_cut,
 )
 from statemachine_agent.machine.calls import call_model
-from statemachine_agent.machine.context import PhaseContext
+from statemachine_agent.machine.phase_env import PhaseEnv
 from statemachine_agent.models.base import JSON, ModelError, ModelRequest
 from statemachine_agent.phases.reflect import transcript
 from statemachine_agent.policy.context import ContextPolicy
@@ -37,11 +37,11 @@ SUMMARY_MAX_TOKENS = 2048
 class Summarize:
     """Replaces older exchanges by a summary; names `summarized` or `summary_failed`."""
 
-    def interrupted(self, ctx: PhaseContext) -> Literal["summary_failed"]:
+    def interrupted(self, ctx: PhaseEnv) -> Literal["summary_failed"]:
         """A cancel abandoned the summary call in flight: nothing was replaced."""
         return _failed(ctx, "the summary call was cancelled by the host")
 
-    async def run(self, ctx: PhaseContext) -> Literal["summarized", "summary_failed"]:
+    async def run(self, ctx: PhaseEnv) -> Literal["summarized", "summary_failed"]:
         run, deps = ctx.state, ctx.deps
         track, policy = run.summary, deps.context
         track.attempted_at = run.iteration
@@ -103,7 +103,7 @@ def _prompt(older: list[JSON], policy: ContextPolicy) -> str:
     return f"<transcript>\n{head}\n{rest}\n</transcript>\n\n{SUMMARY_REQUEST}"
 
 
-def _failed(ctx: PhaseContext, why: str) -> Literal["summary_failed"]:
+def _failed(ctx: PhaseEnv, why: str) -> Literal["summary_failed"]:
     run = ctx.state
     run.summary.failure = why
     ctx.emitter.emit(

@@ -14,16 +14,16 @@ import inspect
 from typing import Literal
 
 from statemachine_agent.context.notices import add_user_text
-from statemachine_agent.machine.context import PhaseContext
 from statemachine_agent.machine.endings import typed_output
 from statemachine_agent.machine.failures import ComponentError
+from statemachine_agent.machine.phase_env import PhaseEnv
 from statemachine_agent.policy.verify import Claim, Verdict
 
 
 class Verify:
     """Runs the verifier on the claim; names `verified`."""
 
-    async def run(self, ctx: PhaseContext) -> Literal["verified"]:
+    async def run(self, ctx: PhaseEnv) -> Literal["verified"]:
         run, deps = ctx.state, ctx.deps
         via: Literal["end_turn", "finish"] = "finish" if run.finish is not None else "end_turn"
         text = (

@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mappin
 from types import TracebackType
 from typing import Any, Self, cast
 
-from statemachine_agent.machine.engine import CancelToken
+from statemachine_agent.machine.cancel import CancelToken
 from statemachine_agent.machine.result import RunResult
 from statemachine_agent.models.streaming import ReplyDelta, listening
 from statemachine_agent.stream.events import (

@@ -20,7 +20,7 @@ import docstring_parser
 import pydantic
 
 from .base import DEFAULT_RETRY_ON, DEFAULT_TOOL_TIMEOUT, IDEMPOTENCY_PARAM, JSON, OnError, Tool
-from .context import context_parameter
+from .scope import context_parameter
 
 __all__ = ["TOOL_NAME_PATTERN", "schema_from_function", "tool"]
 

@@ -35,7 +35,7 @@ from ._execution import (
 )
 from ._validation import input_problem, input_validator
 from .base import IDEMPOTENCY_PARAM, JSON, ErrorKind, Tool, ToolCall, ToolContent, ToolOutcome
-from .context import call_context, context_parameter
+from .scope import call_context, context_parameter
 from .threads import DaemonWorkers
 from .toolset import Toolset, ToolsetError
 

@@ -32,9 +32,9 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
 
 from statemachine_agent import Agent, ModelError, ModelRequest, ToolCall, tool
+from statemachine_agent.durable import ProgressModel, WaitsForApproval, register_agent
 from statemachine_agent.effects.base import Effects
 from statemachine_agent.policy.approval import ApprovalPolicy
-from statemachine_agent.scale import ProgressModel, WaitsForApproval, register_agent
 from statemachine_agent.testing import replies
 
 PAYMENTS = "scale-payments"

@@ -31,9 +31,9 @@ from temporalio.client import Client
 
 import tests.support.scale_agents as agents
 from statemachine_agent import Approve
+from statemachine_agent.durable.codec import result_to_plain
 from statemachine_agent.effects import temporal
 from statemachine_agent.models.base import JSON
-from statemachine_agent.scale.codec import result_to_plain
 
 TEST_OPTIONS = temporal.TemporalOptions(
     model_timeout=timedelta(seconds=20),

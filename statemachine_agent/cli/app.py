@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from statemachine_agent import diagrams
-from statemachine_agent._cli_common import (
+from statemachine_agent.cli.common import (
     AUDIT_HELP,
     DEFAULT_SYSTEM,
     KEY_HELP,
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from statemachine_agent.audit.chain import Verification
-    from statemachine_agent.demos import Scenario
+    from statemachine_agent.cli.demos import Scenario
     from statemachine_agent.machine.result import RunResult
 
 
@@ -141,7 +141,7 @@ def _write(path: str, text: str) -> None:
 def cmd_demo(args: argparse.Namespace) -> int:
     from statemachine_agent.agent import Agent
     from statemachine_agent.audit.config import Audit
-    from statemachine_agent.demos import SCENARIOS
+    from statemachine_agent.cli.demos import SCENARIOS
 
     if args.list:
         width = max(len(name) for name in SCENARIOS)
@@ -190,8 +190,8 @@ def _demo_conversation(
     import tempfile
 
     from statemachine_agent.agent import Agent
+    from statemachine_agent.agent.conversation import Conversation
     from statemachine_agent.audit.config import Audit
-    from statemachine_agent.conversation import Conversation
 
     model = scenario.model()
     logger = make_logger(args.log_format, sys.stdout)
@@ -483,8 +483,8 @@ def parser() -> argparse.ArgumentParser:
     add_key_option(verify)
     verify.set_defaults(func=cmd_verify)
 
-    from statemachine_agent.cli_sessions import add_commands
-    from statemachine_agent.cli_store import add_commands as add_store_commands
+    from statemachine_agent.cli.sessions import add_commands
+    from statemachine_agent.cli.store import add_commands as add_store_commands
 
     add_commands(sub, common)
     add_store_commands(sub)

@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING, Any
 from statemachine_agent.audit.chain import Chain
 from statemachine_agent.audit.events import Emitter
 from statemachine_agent.audit.sink import AuditSink, JsonlSink
-from statemachine_agent.machine.context import AgentDeps, PhaseContext
-from statemachine_agent.machine.engine import CancelToken
+from statemachine_agent.audit.telemetry import TraceSink, provider_name, tracer_provider
+from statemachine_agent.machine.cancel import CancelToken
+from statemachine_agent.machine.phase_env import AgentDeps, PhaseEnv
 from statemachine_agent.machine.result import RunResult
 from statemachine_agent.machine.run import RunRecord
 from statemachine_agent.persistence.base import Checkpointer, LeasingCheckpointer
@@ -25,7 +26,6 @@ from statemachine_agent.persistence.delta import CheckpointWriter
 from statemachine_agent.persistence.lease import Lease, take_lease
 from statemachine_agent.phases.perceive import refresh_tools
 from statemachine_agent.stream.run import RunStream, StreamTap
-from statemachine_agent.telemetry import TraceSink, provider_name, tracer_provider
 
 if TYPE_CHECKING:
     from statemachine_agent.agent import Agent
@@ -81,7 +81,7 @@ async def drive(
     deps: AgentDeps | None = None,
     host_deps: Any = None,
     sinks: Sequence[AuditSink] = (),
-    parent: PhaseContext | None = None,
+    parent: PhaseEnv | None = None,
     lease: Lease | None = None,
 ) -> RunResult:
     """Drive a record to its end; `writer` (of its checkpoints so far) means a resume;
@@ -114,7 +114,7 @@ async def drive(
     if lease is not None and lease.taken_over_from is not None:
         taken = {"previous_owner": lease.taken_over_from, "expired_at": lease.expired_at}
         emitter.emit("lease.taken_over", owner=lease.owner, **taken)
-    ctx = PhaseContext(state=record, deps=deps or agent._deps, emitter=emitter,
+    ctx = PhaseEnv(state=record, deps=deps or agent._deps, emitter=emitter,
                        host_deps=host_deps)  # fmt: skip
     ctx.writer = writer
     try:
@@ -130,7 +130,7 @@ async def drive(
 
 
 def child_emitter(
-    agent: Agent, record: RunRecord, parent: PhaseContext, extra: Sequence[AuditSink]
+    agent: Agent, record: RunRecord, parent: PhaseEnv, extra: Sequence[AuditSink]
 ) -> Emitter:
     """A sub-agent run's emitter: the parent's audit file, hash chain, sinks and logger
     (and this agent's own sinks), both agents' secrets masked, every event linked.

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from statemachine_agent._cli_common import (
+from statemachine_agent.cli.common import (
     AUDIT_HELP,
     DEFAULT_SYSTEM,
     MODEL_HELP,
@@ -56,8 +56,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
 def cmd_chat(args: argparse.Namespace) -> int:
     """An interactive chat with Claude: one line a turn, /exit to leave."""
     from statemachine_agent.agent import Agent
-    from statemachine_agent.chat import repl
-    from statemachine_agent.conversation import Conversation
+    from statemachine_agent.agent.conversation import Conversation
+    from statemachine_agent.cli.chat import repl
     from statemachine_agent.tools.builtin import end_chat
 
     model = claude(args.model)

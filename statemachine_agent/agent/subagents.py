@@ -31,7 +31,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from statemachine_agent._records import new_record
+from statemachine_agent.agent._records import new_record
 from statemachine_agent.machine.ends import END_STATES, RESUMABLE_STATES
 from statemachine_agent.machine.resume import prepare_resume
 from statemachine_agent.models.base import Usage
@@ -41,12 +41,12 @@ from statemachine_agent.persistence.delta import CheckpointWriter
 from statemachine_agent.policy.approval import Decision, decision_from_plain
 from statemachine_agent.policy.budget import Budget
 from statemachine_agent.tools.base import Tool
-from statemachine_agent.tools.context import RunContext
 from statemachine_agent.tools.registry import ToolError
+from statemachine_agent.tools.scope import RunContext
 
 if TYPE_CHECKING:
     from statemachine_agent.agent import Agent
-    from statemachine_agent.machine.context import PhaseContext
+    from statemachine_agent.machine.phase_env import PhaseEnv
     from statemachine_agent.machine.run import RunRecord
 
 KEY_SEPARATOR = "/"
@@ -92,7 +92,7 @@ class SubRun:
 class ParentScope:
     """What the sub-agent tools of one `act` need of the parent run."""
 
-    ctx: PhaseContext
+    ctx: PhaseEnv
     decisions: Mapping[str, Mapping[str, Decision]] = field(default_factory=dict)
     """Approval decisions for each child, by the parent's tool_use id (child keys)."""
 
@@ -183,14 +183,14 @@ def may_pause(tool: Tool) -> bool:
 
 async def drive_child(
     agent: Agent,
-    parent: PhaseContext,
+    parent: PhaseEnv,
     tool_use_id: str,
     task: str,
     decisions: Mapping[str, Decision],
 ) -> SubRun:
     """Start the child of one call, or resume it (paused, cancelled or interrupted by a
     crash of the parent), capped by what the parent has left; return how it ended."""
-    from statemachine_agent._driving import drive  # it imports the phases, which import this
+    from statemachine_agent.agent._driving import drive  # it imports the phases, which import this
 
     prun = parent.state
     link = prun.subagents.runs.get(tool_use_id) or {}
@@ -238,7 +238,7 @@ async def drive_child(
 
 
 def capped(
-    own: Budget, parent: PhaseContext, record: RunRecord, charged: tuple[Usage, float]
+    own: Budget, parent: PhaseEnv, record: RunRecord, charged: tuple[Usage, float]
 ) -> Budget:
     """The child's budget: its own, with each cost, token and time limit lowered to what
     the parent has left (plus what the child had already spent and been charged for).

@@ -20,22 +20,29 @@ from os import PathLike
 from types import MappingProxyType
 from typing import Any, Literal
 
-from statemachine_agent import _driving
-from statemachine_agent._building import model_of, registry_of, storage_option, tool_of, with_output
-from statemachine_agent._records import new_record
-from statemachine_agent._records import new_run_id as new_run_id
-from statemachine_agent._records import with_prompt as with_prompt
-from statemachine_agent._resume import resumed
+from statemachine_agent.agent import _driving
+from statemachine_agent.agent._building import (
+    model_of,
+    registry_of,
+    storage_option,
+    tool_of,
+    with_output,
+)
+from statemachine_agent.agent._records import new_record
+from statemachine_agent.agent._records import new_run_id as new_run_id
+from statemachine_agent.agent._records import with_prompt as with_prompt
+from statemachine_agent.agent._resume import resumed
+from statemachine_agent.agent.subagents import agent_tool, may_pause
 from statemachine_agent.audit.config import Audit
 from statemachine_agent.audit.redact import Redactor
 from statemachine_agent.blocking import run_blocking
 from statemachine_agent.effects.base import Effects, InProcessEffects
-from statemachine_agent.machine.context import AgentDeps
-from statemachine_agent.machine.engine import CancelToken, Engine
+from statemachine_agent.machine.cancel import CancelToken
+from statemachine_agent.machine.engine import Engine
+from statemachine_agent.machine.phase_env import AgentDeps
 from statemachine_agent.machine.result import RunResult
 from statemachine_agent.machine.settings import RunSettings
 from statemachine_agent.models.base import DEFAULT_MAX_TOKENS, JSON, Model
-from statemachine_agent.output import DEFAULT_OUTPUT_RETRIES
 from statemachine_agent.persistence.base import Checkpointer, MemoryCheckpointer
 from statemachine_agent.policy.approval import ApprovalPolicy, Decision
 from statemachine_agent.policy.budget import Budget
@@ -46,8 +53,8 @@ from statemachine_agent.policy.stall import StallPolicy
 from statemachine_agent.policy.verify import Verifier, VerifyPolicy
 from statemachine_agent.stream.events import StreamEvent
 from statemachine_agent.stream.run import RunStream, iter_sync
-from statemachine_agent.subagents import agent_tool, may_pause
 from statemachine_agent.tools.base import Tool
+from statemachine_agent.tools.output import DEFAULT_OUTPUT_RETRIES
 from statemachine_agent.tools.registry import ToolRegistry
 from statemachine_agent.tools.toolset import Toolset
 

@@ -9,12 +9,12 @@ from os import PathLike
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from statemachine_agent.machine.context import AgentDeps
+from statemachine_agent.machine.phase_env import AgentDeps
 from statemachine_agent.models.base import Model
-from statemachine_agent.output import OUTPUT_TOOL, output_spec
 from statemachine_agent.persistence.sqlite import SQLiteCheckpointer
 from statemachine_agent.tools.base import Tool
 from statemachine_agent.tools.decorator import tool as make_tool
+from statemachine_agent.tools.output import OUTPUT_TOOL, output_spec
 from statemachine_agent.tools.registry import ToolRegistry
 from statemachine_agent.tools.toolset import Toolset
 

@@ -15,10 +15,10 @@ from typing import Any
 from statemachine_agent.audit.events import Emitter
 from statemachine_agent.context.compaction import SizeCache
 from statemachine_agent.effects.base import Effects
+from statemachine_agent.machine.cancel import CancelToken
 from statemachine_agent.machine.run import RunRecord
 from statemachine_agent.machine.table import Row
 from statemachine_agent.models.base import Model, ModelRequest
-from statemachine_agent.output import OutputSpec
 from statemachine_agent.persistence.base import Checkpointer
 from statemachine_agent.persistence.delta import CheckpointWriter, tombstone
 from statemachine_agent.policy.approval import ApprovalPolicy
@@ -26,6 +26,7 @@ from statemachine_agent.policy.context import ContextPolicy
 from statemachine_agent.policy.pricing import PriceTable
 from statemachine_agent.policy.stall import StallDetector, StallPolicy
 from statemachine_agent.policy.verify import Claim, Verdict
+from statemachine_agent.tools.output import OutputSpec
 from statemachine_agent.tools.registry import ToolRegistry
 
 
@@ -56,7 +57,7 @@ class AgentDeps:
 
 
 @dataclass(slots=True)
-class PhaseContext:
+class PhaseEnv:
     """One run in flight: its record, the agent's services and its emitter."""
 
     state: RunRecord
@@ -77,7 +78,7 @@ class PhaseContext:
     host_deps: Any = None
     """The host's `deps=` for this run, handed to tools in their `RunContext`; a live
     object of this process, never checkpointed."""
-    cancel: Any = None
+    cancel: CancelToken | None = None
     """The run's `CancelToken`, if the host gave one (set by the engine): a sub-agent's
     run started by this one is cancelled with it."""
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from statemachine_agent.agent import Agent, new_run_id
 from statemachine_agent.blocking import run_blocking
-from statemachine_agent.machine.engine import CancelToken
+from statemachine_agent.machine.cancel import CancelToken
 from statemachine_agent.machine.result import RunResult
 from statemachine_agent.models.base import JSON
 from statemachine_agent.persistence.base import Checkpointer, LeasingCheckpointer

@@ -26,7 +26,7 @@ from statemachine_agent.agent import Agent
 from statemachine_agent.audit.chain import AuditKey
 from statemachine_agent.audit.events import default_logger
 from statemachine_agent.audit.sink import AuditSink, JsonlSink
-from statemachine_agent.telemetry import RunTraces, provider_name
+from statemachine_agent.audit.telemetry import RunTraces, provider_name
 
 
 class Gate(Protocol):

@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from statemachine_agent._cli_common import UsageError, add_key_option, encryption_keys
+from statemachine_agent.cli.common import UsageError, add_key_option, encryption_keys
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from statemachine_agent._records import checked_metadata
-from statemachine_agent.machine.context import AgentDeps
+from statemachine_agent.agent._records import checked_metadata
+from statemachine_agent.machine.phase_env import AgentDeps
 from statemachine_agent.machine.resume import check_tools, prepare_resume
 from statemachine_agent.machine.run import RunRecord
 from statemachine_agent.persistence.base import Checkpointer, load_record

@@ -14,8 +14,8 @@ from collections.abc import Callable
 from types import FrameType
 from typing import TextIO
 
-from statemachine_agent.conversation import Conversation
-from statemachine_agent.machine.engine import CancelToken
+from statemachine_agent.agent.conversation import Conversation
+from statemachine_agent.machine.cancel import CancelToken
 from statemachine_agent.persistence.lease import RunLockedError
 
 PROMPT = "you> "
