@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from statemachine_agent.context.notices import add_user_text
+from statemachine_agent.machine.ids import check_run_id
 from statemachine_agent.machine.run import RunRecord
 from statemachine_agent.models.base import JSON
 from statemachine_agent.persistence.codec import to_plain
@@ -25,7 +26,7 @@ def new_record(
     metadata: Mapping[str, Any] | None,
 ) -> RunRecord:
     """A fresh run's record (its id checked unused, its metadata checked JSON)."""
-    run_id = run_id or new_run_id()
+    run_id = check_run_id(run_id or new_run_id())
     if agent.checkpointer is not None and agent.checkpointer.bodies(run_id):
         raise ValueError(f"run id {run_id!r} is already stored; resume it or use a new id")
     return RunRecord(

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from statemachine_agent.agent._records import checked_metadata
+from statemachine_agent.machine.ids import check_run_id
 from statemachine_agent.machine.phase_env import AgentDeps
 from statemachine_agent.machine.resume import check_tools, prepare_resume
 from statemachine_agent.machine.run import RunRecord
@@ -30,7 +31,7 @@ async def resumed(
     """The stored run set up to go on, the writer of its checkpoints so far, and the
     services it runs with; `metadata` is merged over the run's own."""
     extra = checked_metadata(metadata)
-    record = load_record(store, run_id)
+    record = load_record(store, check_run_id(run_id))
     services = agent._deps_for(output_type)
     if services.tools.toolsets:
         await services.tools.refresh()  # a toolset's tools count (its failures: drive's)

@@ -19,7 +19,6 @@ so one turn runs at a time, whichever process takes it.
 from __future__ import annotations
 
 import contextlib
-import re
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +26,7 @@ from typing import Any
 from statemachine_agent.agent import Agent, new_run_id
 from statemachine_agent.blocking import run_blocking
 from statemachine_agent.machine.cancel import CancelToken
+from statemachine_agent.machine.ids import check_conversation_id
 from statemachine_agent.machine.result import RunResult
 from statemachine_agent.models.base import JSON
 from statemachine_agent.persistence.base import Checkpointer, LeasingCheckpointer
@@ -34,9 +34,6 @@ from statemachine_agent.persistence.lease import take_lease
 from statemachine_agent.policy.approval import Decision
 from statemachine_agent.stream.events import StreamEvent
 from statemachine_agent.stream.run import iter_sync
-
-CONVERSATION_ID = re.compile(r"[A-Za-z0-9_-]{1,100}")
-"""What a conversation id may be: it names the store key and the turns' run ids."""
 
 _KEY = "conversation:{}"
 _KIND = "conversation.turn"
@@ -363,10 +360,7 @@ class Conversation:
 
 
 def _store(agent: Agent, conversation_id: str) -> Checkpointer:
-    if not isinstance(conversation_id, str) or not CONVERSATION_ID.fullmatch(conversation_id):
-        raise ValueError(
-            f"conversation_id {conversation_id!r} is not 1-100 letters, digits, '_' or '-'"
-        )
+    check_conversation_id(conversation_id)
     if agent.checkpointer is None:
         raise ValueError(
             "a stored conversation needs the agent's store: Agent(checkpointer=<a "

@@ -15,6 +15,7 @@ from typing import Any
 
 from statemachine_agent.audit.chain import AuditKey, Chain
 from statemachine_agent.audit.sink import AuditSink
+from statemachine_agent.machine.ids import check_run_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,5 +59,8 @@ class Audit:
         Chain(self.audit_key)  # an unusable key is an error now, not at the first event
 
     def run_file(self, run_id: str) -> Path | None:
-        """Where the run's own audit file goes, if the audit has a folder."""
-        return None if self.dir is None else Path(self.dir) / f"{run_id}.jsonl"
+        """Where the run's own audit file goes, if the audit has a folder.
+
+        The id is checked here too (`ValueError`), so no caller can name a file
+        outside the folder."""
+        return None if self.dir is None else Path(self.dir) / f"{check_run_id(run_id)}.jsonl"
