@@ -100,9 +100,11 @@ class Tool:
     """The tool returns outside content (web pages, e-mails, scraped text).
 
     Such text is the main route for prompt injection ("ignore your previous
-    instructions..."), so a successful result is wrapped in delimiters with a
-    note that it is data, not instructions. Error results are the registry's
-    own words and stay unwrapped.
+    instructions..."), so its results, and its own error texts (an exception's
+    message, a `ToolError`, an MCP server's error), are wrapped in delimiters
+    with a boundary of their own and a note that they are data, not
+    instructions. Only the registry's own words (unknown tool, invalid input,
+    timeout) stay unwrapped.
     """
 
     def __post_init__(self) -> None:
