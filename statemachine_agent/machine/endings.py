@@ -7,14 +7,16 @@ escaped exception: whatever happened has a name here and a sentence in `reason`.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
+from string import Formatter
 from typing import Any
 
 from statemachine_agent.machine.ends import ENDS
 from statemachine_agent.machine.guards import KNOWN_STOP_REASONS, budget_reason
 from statemachine_agent.machine.phase_env import PhaseEnv
 from statemachine_agent.machine.salvage import salvage
+from statemachine_agent.machine.table import Row
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,31 +42,22 @@ def _last_text(ctx: PhaseEnv) -> str:
 async def completed(ctx: PhaseEnv) -> Ending:
     """The model's final text is the answer (with any continued, cut-off parts before it)."""
     run = ctx.state
-    reply = run.last_reply
-    stop = reply.stop_reason if reply else "end_turn"
-    reason = f"the model ended its turn ({stop})"
-    if run.verification.verdict is not None:
-        reason += " and the verifier accepted the answer"
-    return Ending(run.continuation.partial_text + _last_text(ctx), reason)
+    return Ending(run.continuation.partial_text + _last_text(ctx), explain(ctx)[0])
 
 
 async def finished(ctx: PhaseEnv) -> Ending:
     """The finish tool's input is the structured result; its summary is the text."""
     data = dict(ctx.state.finish or {})
-    status = data.get("status", "completed")
     summary = str(data.get("summary") or "")
-    reason = f"the model called finish with status {status!r}"
-    if ctx.state.verification.verdict is not None:
-        reason += " and the verifier accepted the result"
-    return Ending(summary, reason, data=data, output=typed_output(ctx))
+    return Ending(summary, explain(ctx)[0], data=data, output=typed_output(ctx))
 
 
 async def budget_exhausted(ctx: PhaseEnv) -> Ending:
     """Name the limit and its figures, then salvage a summary of what was found."""
-    why = budget_reason(ctx.state) or "a budget limit was reached"
-    reason = f"budget exhausted: {why}"
+    reason = explain(ctx)[0]
     if not ctx.state.budget.salvage:
         return Ending(_last_text(ctx), reason)
+    why = budget_reason(ctx.state) or "a budget limit was reached"
     summary, details = await salvage(ctx, f"the budget is exhausted ({why})")
     return Ending(summary, reason, details=details)
 
@@ -73,10 +66,7 @@ async def stalled(ctx: PhaseEnv) -> Ending:
     """Name the repeated pattern; salvage a summary when the stall policy asks for it."""
     run = ctx.state
     finding = run.stall.finding or {}
-    reason = (
-        f"stalled: {finding.get('detail', 'the model kept repeating itself')} "
-        f"(pattern {finding.get('pattern')}, after {run.stall.interventions} interventions)"
-    )
+    reason = explain(ctx)[0]
     details: dict[str, Any] = {"stall": dict(finding), "interventions": run.stall.interventions}
     policy = run.settings.stall
     if policy is None or not policy.salvage:
@@ -88,101 +78,112 @@ async def stalled(ctx: PhaseEnv) -> Ending:
 async def truncated(ctx: PhaseEnv) -> Ending:
     """The output hit max_tokens; a tool call cut off inside it is never run."""
     reply = ctx.state.last_reply
-    cut_tool = bool(reply and reply.tool_uses)
-    limit = ctx.deps.max_tokens
-    reason = f"the reply was cut off at max_tokens={limit} in iteration {ctx.state.iteration}"
-    if cut_tool:
-        reason += "; the tool call inside it was not run"
-    return Ending(
-        _last_text(ctx),
-        reason + " (raise max_tokens or ask for shorter steps)",
-        details={"max_tokens": limit, "cut_tool_use": cut_tool},
-    )
+    details = {"max_tokens": ctx.deps.max_tokens, "cut_tool_use": bool(reply and reply.tool_uses)}
+    return Ending(_last_text(ctx), explain(ctx)[0], details=details)
 
 
 async def refused(ctx: PhaseEnv) -> Ending:
     """Keep the API's stop details: they say which policy applied."""
-    reply = ctx.state.last_reply
-    details = dict(reply.stop_details) if reply and reply.stop_details else {}
-    explanation = details.get("explanation") or details.get("category") or ""
-    reason = "the model refused to continue" + (f": {explanation}" if explanation else "")
-    return Ending(_last_text(ctx), reason, details={"stop_details": details})
+    details = {"stop_details": _stop_details(ctx)}
+    return Ending(_last_text(ctx), explain(ctx)[0], details=details)
 
 
 async def context_overflow(ctx: PhaseEnv) -> Ending:
     """Say how large the prompt was, as far as the API told us."""
-    run = ctx.state
-    input_tokens = run.last_reply.usage.input_tokens if run.last_reply else None
-    if run.error is not None:
-        reason = f"the prompt is too long for the model: {run.error.describe()}"
-    else:
-        reason = (
-            "the model's context window was exceeded "
-            f"(last input {input_tokens} tokens, {len(run.messages)} messages)"
-        )
-    return Ending(
-        _last_text(ctx),
-        reason,
-        details={"input_tokens": input_tokens, "messages": len(run.messages)},
-    )
+    details = {"input_tokens": _input_tokens(ctx), "messages": len(ctx.state.messages)}
+    return Ending(_last_text(ctx), explain(ctx)[0], details=details)
 
 
 async def failed(ctx: PhaseEnv) -> Ending:
-    """An error class, status and request id when an error ended the run; else the reply's fault."""
-    run = ctx.state
-    if run.error is not None:
-        err = run.error
-        return Ending(
-            "",
-            f"failed: {err.describe()}",
-            details={"error": err.kind, "status": err.status, "request_id": err.request_id},
-        )
-    if run.fatal_tool is not None:
-        detail = run.notes.get("fatal_tool_error", "")
-        return Ending(
-            "",
-            f"failed: tool {run.fatal_tool!r} failed and is configured to end the run: {detail}",
-            details={"tool": run.fatal_tool, "error": detail},
-        )
-    if run.invalid_answers > run.settings.output_retries:
-        errors = run.notes.get("answer_errors", "")
-        return Ending(
-            "",
-            f"failed: the final answer was rejected {run.invalid_answers} times; last: {errors}",
-            details={"invalid_answers": run.invalid_answers, "errors": errors},
-        )
-    checked = run.verification
-    if checked.verdict is not None and not checked.verdict.get("ok"):
-        feedback = checked.verdict.get("feedback") or "no reason given"
-        return Ending(
-            "",
-            f"failed: the verifier rejected the result {checked.rejections} times; "
-            f"last: {feedback}",
-            details={"verdict": dict(checked.verdict), "rejections": checked.rejections},
-        )
-    reply = run.last_reply
-    if reply is None:
-        return Ending("", "failed before any model reply")
-    if reply.stop_reason == "tool_use" and not reply.tool_uses:
-        why = "stop_reason 'tool_use' but the reply holds no tool_use block"
-    elif reply.stop_reason not in KNOWN_STOP_REASONS:
-        why = f"unknown stop_reason {reply.stop_reason!r}"
-    else:
-        why = "the reply had neither text nor tool calls"
-    return Ending("", f"failed: {why}", details={"stop_reason": reply.stop_reason})
+    """The row that fired names the cause; the record gives its figures (an error's
+    class, status and request id; a tool's name; the validation errors)."""
+    reason, details = explain(ctx)
+    return Ending("", reason, details=details or None)
 
 
 async def cancelled(ctx: PhaseEnv) -> Ending:
     """Everything done so far is kept in the result's messages; a reply cut while it
     streamed gives the text it had written."""
-    return Ending(
-        ctx.state.notes.get("partial_text") or _last_text(ctx),
-        f"cancelled by the host after {ctx.state.iteration} iterations",
-    )
+    return Ending(ctx.state.notes.get("partial_text") or _last_text(ctx), explain(ctx)[0])
 
 
 async def awaiting_approval(ctx: PhaseEnv) -> Ending:
     """List the calls waiting for a decision; `Agent.resume` continues with the answers."""
+    return Ending(_last_text(ctx), explain(ctx)[0], details={"pending": _pending(ctx)})
+
+
+# -- Figures: the facts of the record an end reason may name ------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Figure:
+    """One fact of the record a row's reason may name as `{name}`, and what naming it
+    adds to the result's `details` (for `failed`, whose details are its reason's facts).
+
+    A figure only reads the record: the row has already decided the cause, and a
+    figure the row does not name is never computed, so it may assume its fact exists
+    no more than the row does (each says what it shows when the record lacks it)."""
+
+    value: Callable[[PhaseEnv], object]
+    details: Callable[[PhaseEnv], Mapping[str, Any]] | None = None
+
+
+def _error(ctx: PhaseEnv) -> str:
+    err = ctx.state.error
+    return err.describe() if err is not None else "no error was recorded"
+
+
+def _error_details(ctx: PhaseEnv) -> Mapping[str, Any]:
+    err = ctx.state.error
+    if err is None:
+        return {}
+    return {"error": err.kind, "status": err.status, "request_id": err.request_id}
+
+
+def _stop_reason(ctx: PhaseEnv) -> str | None:
+    reply = ctx.state.last_reply
+    return reply.stop_reason if reply is not None else None
+
+
+def _unhandled_stop(ctx: PhaseEnv) -> str:
+    """Why no row took the reply: its stop_reason is unknown, or it contradicts the reply."""
+    reply = ctx.state.last_reply
+    if reply is None:
+        return "no model reply to decide on"
+    if reply.stop_reason == "tool_use" and not reply.tool_uses:
+        return "stop_reason 'tool_use' but the reply holds no tool_use block"
+    if reply.stop_reason not in KNOWN_STOP_REASONS:
+        return f"unknown stop_reason {reply.stop_reason!r}"
+    return f"no row takes a reply with stop_reason {reply.stop_reason!r}"
+
+
+def _stop_details(ctx: PhaseEnv) -> dict[str, Any]:
+    reply = ctx.state.last_reply
+    return dict(reply.stop_details) if reply and reply.stop_details else {}
+
+
+def _refusal(ctx: PhaseEnv) -> str:
+    details = _stop_details(ctx)
+    explanation = details.get("explanation") or details.get("category") or ""
+    return f": {explanation}" if explanation else ""
+
+
+def _input_tokens(ctx: PhaseEnv) -> int | None:
+    reply = ctx.state.last_reply
+    return reply.usage.input_tokens if reply is not None else None
+
+
+def _cut_tool_use(ctx: PhaseEnv) -> str:
+    reply = ctx.state.last_reply
+    return "; the tool call inside it was not run" if reply and reply.tool_uses else ""
+
+
+def _verdict_details(ctx: PhaseEnv) -> Mapping[str, Any]:
+    return {"verdict": dict(ctx.state.verification.verdict or {})}
+
+
+def _pending(ctx: PhaseEnv) -> list[dict[str, Any]]:
+    """The calls waiting for a decision, a sub-agent's among them."""
     run = ctx.state
     waiting = set(run.approval.awaiting)
     pending: list[dict[str, Any]] = []
@@ -191,12 +192,96 @@ async def awaiting_approval(ctx: PhaseEnv) -> Ending:
             pending.append({"tool_use_id": c.id, "name": c.name, "input": c.input})
         child = run.subagents.runs.get(c.id) or {}
         pending += [p for p in child.get("pending") or () if p["tool_use_id"] in waiting]
-    names = ", ".join(sorted({p["name"] for p in pending}))
-    return Ending(
-        _last_text(ctx),
-        f"waiting for approval of {len(pending)} tool call(s): {names}",
-        details={"pending": pending},
-    )
+    return pending
+
+
+FIGURES: Mapping[str, Figure] = {
+    "iteration": Figure(lambda ctx: ctx.state.iteration),
+    "stop_reason": Figure(_stop_reason, lambda ctx: {"stop_reason": _stop_reason(ctx)}),
+    "unhandled_stop": Figure(_unhandled_stop, lambda ctx: {"stop_reason": _stop_reason(ctx)}),
+    "error": Figure(_error, _error_details),
+    "tool": Figure(lambda ctx: ctx.state.fatal_tool, lambda ctx: {"tool": ctx.state.fatal_tool}),
+    "tool_error": Figure(
+        lambda ctx: ctx.state.notes.get("fatal_tool_error", ""),
+        lambda ctx: {"error": ctx.state.notes.get("fatal_tool_error", "")},
+    ),
+    "invalid_answers": Figure(
+        lambda ctx: ctx.state.invalid_answers,
+        lambda ctx: {"invalid_answers": ctx.state.invalid_answers},
+    ),
+    "answer_errors": Figure(
+        lambda ctx: ctx.state.notes.get("answer_errors", ""),
+        lambda ctx: {"errors": ctx.state.notes.get("answer_errors", "")},
+    ),
+    "rejections": Figure(
+        lambda ctx: ctx.state.verification.rejections,
+        lambda ctx: {"rejections": ctx.state.verification.rejections},
+    ),
+    "feedback": Figure(
+        lambda ctx: (ctx.state.verification.verdict or {}).get("feedback") or "no reason given",
+        _verdict_details,
+    ),
+    "budget": Figure(lambda ctx: budget_reason(ctx.state) or "a budget limit was reached"),
+    "stall": Figure(
+        lambda ctx: (ctx.state.stall.finding or {}).get("detail", "the model kept repeating itself")
+    ),
+    "stall_pattern": Figure(lambda ctx: (ctx.state.stall.finding or {}).get("pattern")),
+    "interventions": Figure(lambda ctx: ctx.state.stall.interventions),
+    "max_tokens": Figure(lambda ctx: ctx.deps.max_tokens),
+    "cut_tool_use": Figure(_cut_tool_use),
+    "refusal": Figure(_refusal),
+    "input_tokens": Figure(_input_tokens),
+    "messages": Figure(lambda ctx: len(ctx.state.messages)),
+    "finish_status": Figure(lambda ctx: (ctx.state.finish or {}).get("status", "completed")),
+    "pending_count": Figure(lambda ctx: len(_pending(ctx))),
+    "pending_names": Figure(lambda ctx: ", ".join(sorted({p["name"] for p in _pending(ctx)}))),
+}
+"""The figures a row's `reason` may name, by name (checked when the machine is built)."""
+
+
+def reason_fields(template: str) -> tuple[str, ...]:
+    """The figures a reason template names, in order."""
+    return tuple(field for _, field, _, _ in Formatter().parse(template) if field)
+
+
+def reason_problems(rows: Iterable[Row]) -> list[str]:
+    """What is wrong with the reasons of the rows into end states: a template naming an
+    unknown figure, or two rows into one end state giving the same reason (a copied row
+    would report another row's cause)."""
+    problems: list[str] = []
+    seen: dict[tuple[str, str], Row] = {}
+    for row in rows:
+        if row.dest not in ENDINGS:
+            continue
+        template = row.end_reason
+        try:
+            unknown = [f for f in reason_fields(template) if f not in FIGURES]
+        except ValueError as exc:
+            problems.append(f"row {row.key}: reason {template!r} is no template: {exc}")
+            continue
+        if unknown:
+            problems.append(f"row {row.key}: reason names unknown figure(s) {unknown}")
+        twin = seen.setdefault((row.dest, template), row)
+        if twin is not row:
+            problems.append(f"rows {twin.key} and {row.key} give the same reason {template!r}")
+    return problems
+
+
+def explain(ctx: PhaseEnv) -> tuple[str, dict[str, Any]]:
+    """The end reason the row that entered this end state gives, its figures filled in
+    from the record, and the details those figures add."""
+    row = ctx.entered_by
+    if row is None or row.dest != ctx.state.state:
+        return f"{ctx.state.state}: no recorded row says how the run ended here", {}
+    template = row.end_reason
+    values: dict[str, object] = {}
+    details: dict[str, Any] = {}
+    for name in reason_fields(template):
+        figure = FIGURES[name]
+        values[name] = figure.value(ctx)
+        if figure.details is not None:
+            details.update(figure.details(ctx))
+    return template.format_map(values), details
 
 
 def typed_output(ctx: PhaseEnv) -> Any:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import traceback
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from transitions import Machine, State
@@ -19,7 +19,7 @@ from transitions import Machine, State
 from statemachine_agent.context.notices import close_pending, unanswered_tool_uses
 from statemachine_agent.machine import observers
 from statemachine_agent.machine.cancel import CancelToken
-from statemachine_agent.machine.endings import ENDINGS, Ending
+from statemachine_agent.machine.endings import ENDINGS, Ending, reason_problems
 from statemachine_agent.machine.ends import END_BY_NAME, END_STATES, RESUMABLE_STATES
 from statemachine_agent.machine.failures import ComponentError, GuardError
 from statemachine_agent.machine.guards import GUARDS, Guard
@@ -106,8 +106,12 @@ class _Fired:
         event.kwargs["fired"].append(self.row)
 
 
-def build_machine() -> Machine:
-    """A `transitions.Machine` with exactly the table's states and rows, and no models."""
+def build_machine(rows: Sequence[Row] = ROWS, guards: Mapping[str, Guard] = GUARDS) -> Machine:
+    """A `transitions.Machine` with exactly the table's states and rows, and no models.
+
+    `rows` and `guards` are the table's unless a test builds a variant of it (a row
+    added, to prove the engine and the end handlers obey rows they have never seen).
+    """
     states = [State(name, final=name in END_STATES) for name in STATES]
     machine = Machine(
         model=None,
@@ -120,9 +124,12 @@ def build_machine() -> Machine:
     unrun = [name for name in STATES if name not in END_STATES and name not in PHASES]
     if unrun:
         raise MachineDefinitionError(f"no phase runs working state(s) {unrun}")
-    for row in ROWS:
+    problems = reason_problems(rows)
+    if problems:
+        raise MachineDefinitionError("; ".join(problems))
+    for row in rows:
         try:
-            conditions: list[Any] = [_Condition(name, GUARDS[name]) for name in row.guards]
+            conditions: list[Any] = [_Condition(name, guards[name]) for name in row.guards]
         except KeyError as exc:
             raise MachineDefinitionError(f"row {row.key} names unknown guard {exc}") from None
         machine.add_transition(
@@ -134,8 +141,9 @@ def build_machine() -> Machine:
 class Engine:
     """Drives runs through one machine."""
 
-    def __init__(self) -> None:
-        self.machine = build_machine()
+    def __init__(self, rows: Sequence[Row] = ROWS, guards: Mapping[str, Guard] = GUARDS) -> None:
+        self.rows: tuple[Row, ...] = tuple(rows)
+        self.machine = build_machine(self.rows, guards)
 
     def fire(self, ctx: PhaseEnv, trigger: str) -> TransitionRecord:
         """Fire `trigger` from the run's state and record the transition."""
@@ -271,9 +279,21 @@ class Engine:
         ctx.emitter.emit("phase.crashed", state=run.state, error=run.error.message)
         return "crashed"
 
+    def _entering_row(self, ctx: PhaseEnv) -> Row | None:
+        """The row that entered the run's end state: the one just fired, or, for a run
+        that was already over when loaded, the one its last transition record names."""
+        run = ctx.state
+        if ctx.entered_by is not None and ctx.entered_by.dest == run.state:
+            return ctx.entered_by
+        last = run.trail[-1] if run.trail else None
+        if last is None or last.dest != run.state:
+            return None
+        return next((row for row in self.rows if row.key == last.key), None)
+
     async def _end(self, ctx: PhaseEnv) -> RunResult:
         run = ctx.state
         handler = ENDINGS[run.state]
+        ctx.entered_by = self._entering_row(ctx)  # the handler reports this row's cause
         answers = {o.tool_use_id: o.to_block() for o in run.outcomes}
         last = run.trail[-1] if run.trail else None
         # A defect inside act leaves calls that may have run without a recorded outcome.

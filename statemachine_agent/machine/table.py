@@ -57,6 +57,21 @@ class Row:
     carry_on: str | None = None
     """A trigger the engine fires on arrival instead of running the phase: the phase's
     work is already in the record (a resumed run whose phase had finished)."""
+    reason: str | None = None
+    """For a row into an end state: the run's `reason`, a template whose `{fields}` the
+    end state's handler fills with figures from the record (`endings.FIGURES`). The row
+    decides the cause; the handler never re-derives it, so a new row into `failed`
+    carries its own reason. Without one, the reason is the row's description."""
+
+    @property
+    def end_reason(self) -> str:
+        """The template of the reason a run ending by this row gives (see `reason`)."""
+        if self.reason is not None:
+            return self.reason
+        clause = self.description.rstrip(".").replace("{", "{{").replace("}", "}}")
+        if clause[1:2].islower():  # "The reply ..." reads "failed: the reply ..."
+            clause = clause[0].lower() + clause[1:]
+        return f"{self.dest}: {clause}"
 
     @property
     def key(self) -> tuple[str, str, str, tuple[str, ...]]:
@@ -71,33 +86,44 @@ class Row:
         return f"{self.trigger} [{' & '.join(self.guards)}]"
 
 
+_CANCELLED = "cancelled by the host after {iteration} iterations,"
+"""How every row into `cancelled` begins its reason; the rest says where the run was."""
+
 ROWS: tuple[Row, ...] = (
     # perceive: the request is built; decide whether another model call may be made.
     Row("perceive", "prepared", "cancelled", ("cancel_requested",),
-        "The host asked to cancel; no further model call."),
+        "The host asked to cancel; no further model call.",
+        reason=_CANCELLED + " before the next model call"),
     Row("perceive", "prepared", "budget_exhausted", ("budget_exceeded",),
-        "A limit (iterations, cost, tokens, time, refused tool calls) is reached."),
+        "A limit (iterations, cost, tokens, time, refused tool calls) is reached.",
+        reason="budget exhausted: {budget}"),
     Row("perceive", "prepared", "summarize", ("summary_due",),
         "The prompt passed summarize_at_tokens: summarize older exchanges before the call."),
     Row("perceive", "prepared", "reason", (),
         "The request is ready and the budget allows one more model call."),
     # reason: one model call came back (or failed); its stop_reason decides.
     Row("reason", "replied", "cancelled", ("cancel_requested",),
-        "Cancelled while the model was answering; the reply is kept."),
+        "Cancelled while the model was answering; the reply is kept.",
+        reason=_CANCELLED + " while the model was answering (its reply is kept)"),
     Row("reason", "replied", "act", ("is_tool_use",),
         "The model asked for tools."),
     Row("reason", "replied", "failed", ("is_empty_reply",),
-        "The reply had neither text nor tool calls."),
+        "The reply had neither text nor tool calls.",
+        reason="failed: the reply had neither text nor tool calls (stop_reason {stop_reason!r})"),
     Row("reason", "replied", "verify", ("is_end_turn", "verifier_configured"),
         "The model claims it is done; the verifier checks the claim first."),
     Row("reason", "replied", "completed", ("is_end_turn",),
-        "The model ended its turn (end_turn or stop_sequence) without tool calls."),
+        "The model ended its turn (end_turn or stop_sequence) without tool calls.",
+        reason="the model ended its turn ({stop_reason})"),
     Row("reason", "replied", "continue", ("is_max_tokens", "can_continue"),
         "A text reply hit max_tokens; ask the model to continue where it stopped."),
     Row("reason", "replied", "truncated", ("is_max_tokens",),
-        "The output hit max_tokens; a cut-off tool call is never run."),
+        "The output hit max_tokens; a cut-off tool call is never run.",
+        reason="the reply was cut off at max_tokens={max_tokens} in iteration {iteration}"
+               "{cut_tool_use} (raise max_tokens or ask for shorter steps)"),
     Row("reason", "replied", "refused", ("is_refusal",),
-        "The model refused; the API's stop details are kept."),
+        "The model refused; the API's stop details are kept.",
+        reason="the model refused to continue{refusal}"),
     Row("reason", "replied", "perceive", ("is_pause_turn",),
         "A server tool paused the turn; send the reply back to let it continue."),
     Row("reason", "replied", "perceive", ("is_compaction",),
@@ -107,37 +133,51 @@ ROWS: tuple[Row, ...] = (
         "The context window filled up; drop the cut reply, compact once and retry.",
         arrival="drop_cut_reply"),
     Row("reason", "replied", "context_overflow", ("is_context_exceeded",),
-        "The context window was exceeded even after compaction."),
+        "The context window was exceeded even after compaction.",
+        reason="the model's context window was exceeded "
+               "(last input {input_tokens} tokens, {messages} messages)"),
     Row("reason", "replied", "failed", (),
-        "Any other stop_reason is unknown to the engine: stop rather than guess."),
+        "Any other stop_reason is unknown to the engine: stop rather than guess.",
+        reason="failed: {unhandled_stop}"),
     Row("reason", "model_failed", "cancelled", ("cancel_requested",),
-        "The in-flight model call was cancelled by the host."),
+        "The in-flight model call was cancelled by the host.",
+        reason=_CANCELLED + " during a model call, which was abandoned"),
     Row("reason", "model_failed", "compact", ("is_context_error", "can_compact"),
         "The API rejected the prompt as too long; compact once and retry."),
     Row("reason", "model_failed", "context_overflow", ("is_context_error",),
-        "The prompt is still too long after compaction."),
+        "The prompt is still too long after compaction.",
+        reason="the prompt is too long for the model: {error}"),
     Row("reason", "model_failed", "failed", (),
-        "The API call failed for good (4xx, or retries and fallbacks exhausted)."),
+        "The API call failed for good (4xx, or retries and fallbacks exhausted).",
+        reason="failed: {error}"),
     # act: every tool call of the reply has an outcome.
     Row("act", "tools_done", "cancelled", ("cancel_requested",),
-        "Cancelled while tools ran; their outcomes are kept."),
+        "Cancelled while tools ran; their outcomes are kept.",
+        reason=_CANCELLED + " while tools ran (their outcomes are kept)"),
     Row("act", "tools_done", "failed", ("tool_failed_fatally",),
-        "A tool configured with on_error='fail' failed."),
+        "A tool configured with on_error='fail' failed.",
+        reason="failed: tool {tool!r} failed and is configured to end the run: {tool_error}"),
     Row("act", "tools_done", "failed", ("answer_retries_exhausted",),
-        "The final answer failed validation more often than output_retries allows."),
+        "The final answer failed validation more often than output_retries allows.",
+        reason="failed: the final answer was rejected {invalid_answers} times; "
+               "last: {answer_errors}"),
     Row("act", "tools_done", "awaiting_approval", ("approval_pending",),
-        "Calls wait for a human; the run pauses, checkpointed, until resumed."),
+        "Calls wait for a human; the run pauses, checkpointed, until resumed.",
+        reason="waiting for approval of {pending_count} tool call(s): {pending_names}"),
     Row("act", "tools_done", "observe", (),
         "Every tool call has an outcome (errors included)."),
     # observe: the results are in the history; continue or stop.
     Row("observe", "observed", "cancelled", ("cancel_requested",),
-        "Cancelled after the tool results were recorded."),
+        "Cancelled after the tool results were recorded.",
+        reason=_CANCELLED + " after the tool results were recorded"),
     Row("observe", "observed", "verify", ("finish_claims_success", "verifier_configured"),
         "finish(status='completed') is a claim; the verifier checks it first."),
     Row("observe", "observed", "finished", ("finish_called",),
-        "The model called the finish tool; its input is the structured result."),
+        "The model called the finish tool; its input is the structured result.",
+        reason="the model called finish with status {finish_status!r}"),
     Row("observe", "observed", "stalled", ("stall_persists",),
-        "Still repeating itself after the allowed interventions."),
+        "Still repeating itself after the allowed interventions.",
+        reason="stalled: {stall} (pattern {stall_pattern}, after {interventions} interventions)"),
     Row("observe", "observed", "intervene", ("stall_detected",),
         "The model repeats itself; tell it so before going on."),
     Row("observe", "observed", "reflect", ("reflection_due",),
@@ -146,37 +186,48 @@ ROWS: tuple[Row, ...] = (
         "Go round again with the tool results in the history."),
     # helper states: each adds a message for the model, then the loop goes on.
     Row("intervene", "intervened", "cancelled", ("cancel_requested",),
-        "Cancelled during the intervention."),
+        "Cancelled during the intervention.",
+        reason=_CANCELLED + " during an intervention"),
     Row("intervene", "intervened", "perceive", (),
         "The intervention (tool, pattern, count) is in the history."),
     Row("reflect", "reflected", "cancelled", ("cancel_requested",),
-        "Cancelled during reflection."),
+        "Cancelled during reflection.",
+        reason=_CANCELLED + " during reflection"),
     Row("reflect", "reflected", "perceive", (),
         "The progress check or the critic's critique is in the history."),
     Row("verify", "verified", "cancelled", ("cancel_requested",),
-        "Cancelled during verification."),
+        "Cancelled during verification.",
+        reason=_CANCELLED + " during verification"),
     Row("verify", "verified", "finished", ("verdict_passed", "finish_called"),
-        "The verifier accepted the finish tool's result."),
+        "The verifier accepted the finish tool's result.",
+        reason="the model called finish with status {finish_status!r} "
+               "and the verifier accepted the result"),
     Row("verify", "verified", "completed", ("verdict_passed",),
-        "The verifier accepted the final answer."),
+        "The verifier accepted the final answer.",
+        reason="the model ended its turn ({stop_reason}) and the verifier accepted the answer"),
     Row("verify", "verified", "failed", ("rejections_exhausted",),
-        "The verifier rejected the claim too often; the last feedback is the reason."),
+        "The verifier rejected the claim too often; the last feedback is the reason.",
+        reason="failed: the verifier rejected the result {rejections} times; last: {feedback}"),
     Row("verify", "verified", "perceive", (),
         "The verifier rejected the claim; its feedback goes back to the model."),
     Row("continue", "continued", "cancelled", ("cancel_requested",),
-        "Cancelled before the continuation was asked for."),
+        "Cancelled before the continuation was asked for.",
+        reason=_CANCELLED + " before the continuation was asked for"),
     Row("continue", "continued", "perceive", (),
         "The cut-off text is kept and the model is asked to go on from where it stopped."),
     Row("compact", "compacted", "cancelled", ("cancel_requested",),
-        "Cancelled during compaction."),
+        "Cancelled during compaction.",
+        reason=_CANCELLED + " during compaction"),
     Row("compact", "compacted", "perceive", (),
         "Old tool results are placeholders now; the request is built again, smaller."),
     Row("summarize", "summarized", "cancelled", ("cancel_requested",),
-        "Cancelled after summarizing; the summary is in the history."),
+        "Cancelled after summarizing; the summary is in the history.",
+        reason=_CANCELLED + " after summarizing (the summary is kept)"),
     Row("summarize", "summarized", "perceive", (),
         "Older exchanges are one summary now; the smaller request is built again."),
     Row("summarize", "summary_failed", "cancelled", ("cancel_requested",),
-        "Cancelled while the summary was asked for; the call is abandoned."),
+        "Cancelled while the summary was asked for; the call is abandoned.",
+        reason=_CANCELLED + " while a summary was asked for (the call was abandoned)"),
     Row("summarize", "summary_failed", "compact", (),
         "The summary call failed, or would not shrink the prompt: placeholders instead.",
         arrival="instead_of_summary"),
@@ -204,7 +255,8 @@ ROWS: tuple[Row, ...] = (
         "Where the run was cancelled is not recorded: start again from a fresh request."),
     # A defect in a phase (a bug, not a model or tool failure) still ends by name.
     *(
-        Row(state, "crashed", "failed", (), "An unexpected error inside the phase.")
+        Row(state, "crashed", "failed", (), "An unexpected error inside the phase.",
+            reason=f"failed: {{error}} (while in {state})")
         for state in WORKING_STATES + HELPER_STATES
     ),
 )  # fmt: skip
