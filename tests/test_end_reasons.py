@@ -194,7 +194,7 @@ _NOISE = {
 
 _CAUSE: dict[tuple[str, str, str, tuple[str, ...]], str] = {
     ("reason", "replied", "failed", ("is_empty_reply",)): "neither text nor tool calls",
-    ("reason", "replied", "failed", ()): "stop_reason",
+    ("reason", "replied", "failed", ()): "the engine stops rather than guess",
     ("reason", "model_failed", "failed", ()): "failed: ",
     ("act", "tools_done", "failed", ("tool_failed_fatally",)): "is configured to end the run",
     ("act", "tools_done", "failed", ("answer_retries_exhausted",)): "the final answer was rejected",
@@ -207,6 +207,7 @@ _OTHER_CAUSES = (
     "the final answer was rejected",
     "the verifier rejected",
     "(while in ",
+    "the engine stops rather than guess",
 )
 
 

@@ -138,7 +138,7 @@ ROWS: tuple[Row, ...] = (
                "(last input {input_tokens} tokens, {messages} messages)"),
     Row("reason", "replied", "failed", (),
         "Any other stop_reason is unknown to the engine: stop rather than guess.",
-        reason="failed: {unhandled_stop}"),
+        reason="failed: {unhandled_stop}; the engine stops rather than guess"),
     Row("reason", "model_failed", "cancelled", ("cancel_requested",),
         "The in-flight model call was cancelled by the host.",
         reason=_CANCELLED + " during a model call, which was abandoned"),
