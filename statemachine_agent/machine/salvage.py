@@ -6,13 +6,19 @@ what it found and what is left. `tools` are still sent (the history holds
 tool_use blocks, and a request with those must define tools) with
 `tool_choice={"type": "none"}`, and the same system prompt, so the cached prefix
 is reused. Its cost is reported on its own.
+
+Not every server honours `tool_choice: none` (llama.cpp's Messages endpoint
+ignores it), so the reply may still call a tool. Those calls are never run: each
+is closed with an `is_error` result at once, recorded in `details["salvage"]`
+and as a `tool.skipped` event, so the history the run returns is one the API
+accepts when the conversation goes on.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from statemachine_agent.context.notices import add_user_text
+from statemachine_agent.context.notices import add_user_text, close_pending, unanswered_tool_uses
 from statemachine_agent.machine.calls import call_model, price_of
 from statemachine_agent.machine.phase_env import PhaseEnv
 from statemachine_agent.models.base import ModelError
@@ -50,7 +56,28 @@ async def salvage(ctx: PhaseEnv, why: str) -> tuple[str, dict[str, Any]]:
         return "", {"salvage": {"error": exc.describe()}}
     append_reply(run.messages, reply)
     cost = price_of(ctx, reply, ctx.deps.model)
-    return reply.text, {"salvage": {"usage": reply.usage.to_dict(), "cost_usd": cost}}
+    facts: dict[str, Any] = {"usage": reply.usage.to_dict(), "cost_usd": cost}
+    not_run = close_side_call_tools(ctx, "salvage")
+    if not_run:
+        facts["tool_calls_not_run"] = not_run
+    return reply.text, {"salvage": facts}
+
+
+SIDE_CALL_TOOLS_NOT_RUN = "the run had already stopped, and its closing summary may not call tools"
+"""The result a side call's tool_use is closed with (the model was told not to call any)."""
+
+
+def close_side_call_tools(ctx: PhaseEnv, purpose: str) -> list[dict[str, str]]:
+    """Close the tool calls a side call's reply made anyway, each with an `is_error`
+    result, and report them (a `tool.skipped` event naming them); returns the calls."""
+    pending = unanswered_tool_uses(ctx.state.messages)
+    if not pending:
+        return []
+    calls = [{"tool_use_id": str(b.get("id", "")), "tool": str(b.get("name", ""))} for b in pending]
+    closed = close_pending(ctx.state.messages, SIDE_CALL_TOOLS_NOT_RUN)
+    ctx.emitter.emit("tool.skipped", count=closed, end_state=ctx.state.state, purpose=purpose,
+                     calls=calls, iteration=ctx.state.iteration)  # fmt: skip
+    return calls
 
 
 MIN_SUMMARY_TOKENS = 64
