@@ -31,10 +31,11 @@ _ID_LENGTH = 24
 _counter = itertools.count(1)
 
 
-def new_id(prefix: str) -> str:
-    """A fresh id shaped like the API's (`toolu_…`, `msg_…`), reproducible per process."""
+def new_id(prefix: str, sep: str = "_") -> str:
+    """A fresh id shaped like the API's (`toolu_…`, `msg_…`; OpenAI's `chatcmpl-…` with
+    `sep="-"`), reproducible per process."""
     digest = hashlib.sha256(f"{prefix}{next(_counter)}".encode()).hexdigest()
-    return f"{prefix}_{digest[:_ID_LENGTH]}"
+    return f"{prefix}{sep}{digest[:_ID_LENGTH]}"
 
 
 def text_block(text: str) -> JSON:

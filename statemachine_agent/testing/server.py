@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 from statemachine_agent.models.base import DEFAULT_MODEL
-from statemachine_agent.testing.scripted_http import ScriptedHandler, ScriptedServer
+from statemachine_agent.testing._http import Posted, ScriptedHandler, ScriptedServer, sse
 from statemachine_agent.testing.validator import (
     describe_problems,
     error_body,
@@ -138,6 +138,9 @@ class FakeAnthropicServer(ScriptedServer[FakeError]):
     def fault(self, status: int, message: str, headers: dict[str, str]) -> FakeError:
         return FakeError(status, message, headers=headers)
 
+    def error_body(self, error: FakeError, request_id: str) -> JSON:
+        return error_body(error.type, error.message, request_id)
+
     def model(self, name: str = DEFAULT_MODEL, **options: Any) -> AnthropicModel:
         """An `AnthropicModel` (the real SDK) pointed at this server with a test key.
 
@@ -151,29 +154,12 @@ class FakeAnthropicServer(ScriptedServer[FakeError]):
 
 class _Handler(ScriptedHandler):
     server_version = "FakeAnthropicServer/1"
+    paths = frozenset({_MESSAGES, _COUNT_TOKENS})
 
-    @property
-    def owner(self) -> FakeAnthropicServer:
-        return cast("FakeAnthropicServer", self.scripted)
-
-    def do_POST(self) -> None:  # noqa: N802 (http.server dispatches on this name)
-        owner = self.owner
-        request_id = owner._next_request_id()
-        path = self.path.split("?", 1)[0].rstrip("/")
-        raw = self._read_body()
-        if path not in (_MESSAGES, _COUNT_TOKENS):
-            self._not_found(request_id)
-            return
-        headers = {name.lower(): value for name, value in self.headers.items()}
-        try:
-            body = json.loads(raw or b"null")
-        except ValueError as exc:
-            self._error(request_id, FakeError(400, f"request body is not valid JSON: {exc}"))
-            return
-        if not isinstance(body, dict):
-            self._error(request_id, FakeError(400, "request body must be a JSON object"))
-            return
-        if path == _MESSAGES:
+    def answer(self, request: Posted) -> None:
+        owner = cast("FakeAnthropicServer", self.scripted)
+        body, headers, request_id = request.body, request.headers, request.request_id
+        if request.path == _MESSAGES:
             owner._record(body, headers)
         else:
             with owner._lock:
@@ -187,8 +173,8 @@ class _Handler(ScriptedHandler):
         if not headers.get("anthropic-version"):
             self._error(request_id, FakeError(400, "anthropic-version: header is required"))
             return
-        if path == _COUNT_TOKENS:
-            self._json(200, {"input_tokens": max(1, len(raw) // 4)}, request_id)
+        if request.path == _COUNT_TOKENS:
+            self._json(200, {"input_tokens": max(1, len(request.raw) // 4)}, request_id)
             return
         answer = owner._answer(body, headers)
         if isinstance(answer, PausedStream):
@@ -202,44 +188,6 @@ class _Handler(ScriptedHandler):
         else:
             self._json(200, answer, request_id)
 
-    def _read_body(self) -> bytes:
-        if self.headers.get("transfer-encoding", "").lower() == "chunked":
-            chunks: list[bytes] = []
-            while True:
-                size = int(self.rfile.readline().split(b";", 1)[0].strip() or b"0", 16)
-                if size == 0:
-                    self.rfile.readline()
-                    return b"".join(chunks)
-                chunks.append(self.rfile.read(size))
-                self.rfile.readline()
-        length = int(self.headers.get("content-length") or 0)
-        return self.rfile.read(length) if length else b""
-
-    def _not_found(self, request_id: str) -> None:
-        self._error(request_id, FakeError(404, f"Not found: {self.command} {self.path}"))
-
-    def _error(self, request_id: str, error: FakeError) -> None:
-        body = error_body(error.type, error.message, request_id)
-        self._json(error.status, body, request_id, error.headers)
-
-    def _json(
-        self,
-        status: int,
-        body: Mapping[str, Any],
-        request_id: str,
-        headers: Mapping[str, str] | None = None,
-    ) -> None:
-        payload = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(payload)))
-        self.send_header("request-id", request_id)
-        for name, value in (headers or {}).items():
-            self.send_header(name, value)
-        self.end_headers()
-        with contextlib.suppress(ConnectionError):
-            self.wfile.write(payload)
-
     def _stream(
         self,
         reply: Mapping[str, Any],
@@ -249,26 +197,21 @@ class _Handler(ScriptedHandler):
     ) -> None:
         """Send a scripted reply as the server-sent events the streaming API emits; with
         `cut`, stop after `cut.after_events` events with an `error` event or a reset."""
-        self.send_response(200)
-        self.send_header("content-type", "text/event-stream")
-        self.send_header("cache-control", "no-cache")
-        self.send_header("request-id", request_id)
-        self.send_header("connection", "close")
-        self.close_connection = True
-        self.end_headers()
         events = list(_stream_events(reply))
         if cut is not None:
             events = events[: cut.after_events]
             if not cut.reset:
                 events.append(error_body(cut.type, cut.message, request_id))
-        with contextlib.suppress(ConnectionError):
+
+        def frames() -> Iterator[bytes]:
             for sent, event in enumerate(events):
                 if pause is not None and sent == pause.after_events:
                     pause.resume.wait(pause.timeout)
-                data = json.dumps(event)
-                self.wfile.write(f"event: {event['type']}\ndata: {data}\n\n".encode())
-                self.wfile.flush()
-            if cut is not None and cut.reset:
+                yield sse(event, event=event["type"])
+
+        self._events(request_id, frames(), headers={"cache-control": "no-cache"})
+        if cut is not None and cut.reset:
+            with contextlib.suppress(OSError):
                 self.connection.shutdown(socket.SHUT_RDWR)
 
 

@@ -1,26 +1,46 @@
 """What the fake API servers share: a local HTTP server that answers from a script.
 
-A subclass says how its API validates requests and spells errors; this base
-does the rest: serving on 127.0.0.1 (never anything else) in a daemon thread,
-recording requests, handing out scripted answers in order, and turning an
-exhausted script or a failing scripted callable into a 500 the client sees.
-It also scripts the faults a client must survive (`rate_limited`, `server_error`,
-`overloaded`, `hang`) and says what a test should not have let pass (`unexpected`).
+Both fakes (`FakeAnthropicServer`, `FakeOpenAIServer`) are the same machine with
+a different API spoken at its edge, so the machine is written once, here. A
+subclass says how its API validates requests, spells errors and streams; this
+module does the rest: serving on 127.0.0.1 (never anything else) in a daemon
+thread, reading and parsing the POSTed body (chunked or not), recording requests,
+handing out scripted answers in order, turning an exhausted script or a failing
+scripted callable into a 500 the client sees, and writing JSON and server-sent
+event responses. It also scripts the faults a client must survive
+(`rate_limited`, `server_error`, `overloaded`, `hang`) and says what a test
+should not have let pass (`unexpected`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import json
 import sys
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
-from typing import Any, Generic, Self, TypeVar, cast
+from typing import Any, Generic, Protocol, Self, TypeVar, cast
 
 JSON = dict[str, Any]
-Error = TypeVar("Error")
+
+
+class ScriptedError(Protocol):
+    """What the plumbing reads of a server's scripted-error type: the status and the
+    extra headers; the body is the server's to spell (`ScriptedServer.error_body`)."""
+
+    @property
+    def status(self) -> int: ...
+
+    @property
+    def headers(self) -> Mapping[str, str] | None: ...
+
+
+Error = TypeVar("Error", bound=ScriptedError)
 """The server's scripted-error type (e.g. `FakeError`)."""
 
 
@@ -177,6 +197,10 @@ class ScriptedServer(Generic[Error]):
         """A 500 that tells the client not to retry (the script, not the network, failed)."""
         raise NotImplementedError
 
+    def error_body(self, error: Error, request_id: str) -> JSON:
+        """The JSON body the API sends with `error`."""
+        raise NotImplementedError
+
     # -- called from the handler threads -------------------------------------------
 
     def _next_request_id(self) -> str:
@@ -219,14 +243,48 @@ def _retry_headers(retry_after: float | None) -> dict[str, str]:
     return {"retry-after": f"{retry_after:g}", "retry-after-ms": str(round(retry_after * 1000))}
 
 
+@dataclass(frozen=True)
+class Posted:
+    """A POST that reached a known endpoint with a JSON object for a body."""
+
+    path: str
+    """The path without query string or trailing slash."""
+    body: JSON
+    raw: bytes
+    """The body as sent (what a token count is made of)."""
+    headers: dict[str, str]
+    """Names lower-cased."""
+    request_id: str
+
+
+def sse(data: Mapping[str, Any] | str, event: str | None = None) -> bytes:
+    """One server-sent event: an optional `event:` line and the data, as JSON unless
+    it is already text (OpenAI's closing `[DONE]`)."""
+    payload = data if isinstance(data, str) else json.dumps(data)
+    head = f"event: {event}\n" if event is not None else ""
+    return f"{head}data: {payload}\n\n".encode()
+
+
 class ScriptedHandler(BaseHTTPRequestHandler):
-    """What both fake APIs' handlers share: keep-alive, no request log, 404 on GET."""
+    """The HTTP side both fake APIs share: keep-alive, no request log, a 404 for any
+    other path or method, the body read and parsed once, JSON and event-stream answers.
+
+    A subclass names its endpoints and its spelling of the transport errors, and
+    answers each `Posted` request in `answer`.
+    """
 
     protocol_version = "HTTP/1.1"
     """Keep-alive, as the real APIs: clients that reuse connections are tested too."""
     disable_nagle_algorithm = True
     """Headers and body go out as separate writes; with Nagle's algorithm on, the body
     waits for the client's delayed ACK of the headers (~40 ms per response)."""
+    paths: frozenset[str] = frozenset()
+    """The API's POST endpoints; any other path is a 404."""
+    request_id_header = "request-id"
+    """The header each answer carries its request id in."""
+    not_found_message = "Not found: {method} {path}"
+    bad_json_message = "request body is not valid JSON: {error}"
+    not_object_message = "request body must be a JSON object"
 
     @property
     def scripted(self) -> ScriptedServer[Any]:
@@ -244,8 +302,85 @@ class ScriptedHandler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         self._not_found(self.scripted._next_request_id())
 
-    def _not_found(self, request_id: str) -> None:
+    def do_POST(self) -> None:
+        owner = self.scripted
+        request_id = owner._next_request_id()
+        path = self.path.split("?", 1)[0].rstrip("/")
+        raw = self._read_body()
+        if path not in self.paths:
+            self._not_found(request_id)
+            return
+        headers = {name.lower(): value for name, value in self.headers.items()}
+        try:
+            body = json.loads(raw or b"null")
+        except ValueError as exc:
+            self._error(request_id, owner.fault(400, self.bad_json_message.format(error=exc), {}))
+            return
+        if not isinstance(body, dict):
+            self._error(request_id, owner.fault(400, self.not_object_message, {}))
+            return
+        self.answer(Posted(path, body, raw, headers, request_id))
+
+    def answer(self, request: Posted) -> None:
+        """Check and answer a parsed request (record it with `scripted._record`)."""
         raise NotImplementedError
+
+    def _read_body(self) -> bytes:
+        if self.headers.get("transfer-encoding", "").lower() == "chunked":
+            chunks: list[bytes] = []
+            while True:
+                size = int(self.rfile.readline().split(b";", 1)[0].strip() or b"0", 16)
+                if size == 0:
+                    self.rfile.readline()
+                    return b"".join(chunks)
+                chunks.append(self.rfile.read(size))
+                self.rfile.readline()
+        length = int(self.headers.get("content-length") or 0)
+        return self.rfile.read(length) if length else b""
+
+    def _not_found(self, request_id: str) -> None:
+        message = self.not_found_message.format(method=self.command, path=self.path)
+        self._error(request_id, self.scripted.fault(404, message, {}))
+
+    def _error(self, request_id: str, error: ScriptedError) -> None:
+        body = self.scripted.error_body(error, request_id)
+        self._json(error.status, body, request_id, error.headers)
+
+    def _json(
+        self,
+        status: int,
+        body: Mapping[str, Any],
+        request_id: str,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        payload = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(payload)))
+        self.send_header(self.request_id_header, request_id)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        with contextlib.suppress(ConnectionError):
+            self.wfile.write(payload)
+
+    def _events(
+        self, request_id: str, frames: Iterable[bytes], headers: Mapping[str, str] | None = None
+    ) -> None:
+        """A 200 event stream of `frames` (see `sse`), each flushed as it is made, then
+        the connection closes, as the APIs do; a client hanging up ends it quietly."""
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.send_header(self.request_id_header, request_id)
+        self.send_header("connection", "close")
+        self.close_connection = True
+        self.end_headers()
+        with contextlib.suppress(ConnectionError):
+            for frame in frames:
+                self.wfile.write(frame)
+                self.wfile.flush()
 
 
 class _HTTPServer(ThreadingHTTPServer):
