@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from statemachine_agent.audit.redact import Redactor
     from statemachine_agent.audit.sink import AuditSink, JsonlSink, MemorySink, read_events
     from statemachine_agent.effects.base import Effects
+    from statemachine_agent.errors import Error
     from statemachine_agent.machine.cancel import CancelToken
     from statemachine_agent.machine.result import RunResult
     from statemachine_agent.machine.resume import MissingToolsError, RunAlreadyEndedError
@@ -127,6 +128,7 @@ __all__ = [
     "Deny",
     "Edit",
     "Effects",
+    "Error",
     "JsonlSink",
     "LeasingCheckpointer",
     "MCPToolset",

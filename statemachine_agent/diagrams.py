@@ -33,6 +33,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from statemachine_agent.errors import Error
 from statemachine_agent.machine import table
 from statemachine_agent.machine.table import Row
 
@@ -66,11 +67,11 @@ _UNKNOWN_STROKE = "#b54708"
 _GROUP_STROKE = "#667085"
 
 
-class GraphvizNotFoundError(RuntimeError):
+class GraphvizNotFoundError(Error, RuntimeError):
     """SVG and PNG need a Graphviz renderer, and none is installed."""
 
 
-class GraphvizError(RuntimeError):
+class GraphvizError(Error, RuntimeError):
     """The renderer ran but rejected the graph (a bug in the DOT this module wrote)."""
 
 

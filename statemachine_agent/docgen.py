@@ -2,7 +2,8 @@
 
 The state reference (`docs/states.md`), the committed diagrams (`diagrams/`) and
 the generated blocks of `README.md` are all derived from the transition table,
-the guards, the end-state handlers and the CLI's exit codes. A hand-written
+the guards, the end-state handlers and the CLI's exit codes; the error reference
+(`docs/errors.md`) from the exception classes themselves. A hand-written
 reference would be wrong the day a row is added; a generated one is checked by
 `tests/test_docs.py` and `tests/test_diagrams.py`, which fail when a committed
 file differs from what this module produces now.
@@ -14,13 +15,18 @@ do); `--check` only reports stale files, for CI.
 from __future__ import annotations
 
 import argparse
+import importlib
 import inspect
+import pkgutil
 import re
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
+from types import ModuleType
 
+import statemachine_agent
 from statemachine_agent import diagrams
+from statemachine_agent.errors import Error
 from statemachine_agent.machine import ends, table
 from statemachine_agent.machine.table import Row
 
@@ -43,6 +49,7 @@ FULL_DIAGRAM_FILES: Mapping[str, str] = {
 PACKAGED_SVG = f"statemachine_agent/{diagrams.PACKAGED_SVG}"
 """The review SVG again, inside the package, for reports made without a renderer."""
 STATES_DOC = "docs/states.md"
+ERRORS_DOC = "docs/errors.md"
 README = "README.md"
 
 _GENERATED_NOTE = (
@@ -224,6 +231,138 @@ def _guard_reference() -> list[str]:
     return out
 
 
+# -- the error reference -------------------------------------------------------------
+
+
+def package_modules() -> dict[str, ModuleType]:
+    """Every module of the package, imported, by dotted name.
+
+    The error tree is read off `Error.__subclasses__()`, which only knows the
+    classes of modules already imported; importing them all is what makes the
+    tree complete. The CLI's `__main__` is left out: importing it runs the CLI.
+    An optional extra that is not installed fails here, loudly, rather than
+    leaving its errors out of the reference.
+    """
+    modules = {statemachine_agent.__name__: statemachine_agent}
+    for info in pkgutil.walk_packages(statemachine_agent.__path__, "statemachine_agent."):
+        if info.name.rsplit(".", 1)[-1] != "__main__":
+            modules[info.name] = importlib.import_module(info.name)
+    return modules
+
+
+def _children(cls: type[Error]) -> list[type[Error]]:
+    """The package's direct subclasses of `cls`, by name; a subclass a user (or a
+    test) defines elsewhere is theirs to document, not ours."""
+    ours = (c for c in cls.__subclasses__() if c.__module__.startswith("statemachine_agent."))
+    return sorted(ours, key=lambda c: c.__name__)
+
+
+def error_classes() -> list[type[Error]]:
+    """`Error` and every subclass of it in the package, depth first, siblings by name."""
+    package_modules()
+
+    def walk(cls: type[Error]) -> list[type[Error]]:
+        return [cls, *(c for child in _children(cls) for c in walk(child))]
+
+    return walk(Error)
+
+
+def builtin_base(cls: type[BaseException]) -> type[BaseException]:
+    """The built-in exception `cls` is also a kind of, the one `except` caught before
+    `Error` existed (the nearest built-in in its method resolution order)."""
+    return next(
+        base
+        for base in cls.__mro__
+        if base.__module__ == "builtins" and issubclass(base, BaseException)
+    )
+
+
+def import_home(cls: type, modules: Mapping[str, ModuleType]) -> str:
+    """Where users import `cls` from: the shortest module that exports it in `__all__`,
+    else the module that defines it."""
+    homes = [
+        name
+        for name, module in modules.items()
+        if cls.__name__ in getattr(module, "__all__", ())
+        and getattr(module, cls.__name__, None) is cls
+    ]
+    return min(homes, key=lambda name: (name.count("."), name)) if homes else cls.__module__
+
+
+def error_tree() -> str:
+    """`Error` and its subclasses drawn as a tree, each with its built-in base."""
+    lines: list[str] = []
+
+    def draw(cls: type[Error], prefix: str, last: bool, root: bool) -> None:
+        label = f"{cls.__name__} ({builtin_base(cls).__name__})"
+        lines.append(label if root else f"{prefix}{'└── ' if last else '├── '}{label}")
+        inner = "" if root else prefix + ("    " if last else "│   ")
+        children = _children(cls)
+        for i, child in enumerate(children):
+            draw(child, inner, i == len(children) - 1, False)
+
+    package_modules()
+    draw(Error, "", True, True)
+    return "\n".join(lines)
+
+
+def _summary(cls: type) -> str:
+    """The first paragraph of a class's own docstring (not an inherited one)."""
+    own = inspect.cleandoc(cls.__doc__) if cls.__doc__ else "_(no docstring)_"
+    return " ".join(own.split("\n\n", 1)[0].split())
+
+
+_ERRORS_INTRO = """\
+# Errors
+
+<!-- Generated from the exception classes by `make docs`; do not edit by hand. -->
+
+Everything statemachine-agent raises on purpose derives from
+`statemachine_agent.Error`, so a service needs one `except` for all of them, and
+that `except` still lets its own bugs and the SDKs' own exceptions through.
+Each class also keeps the built-in base it always had (in brackets below), so an
+`except KeyError` or `except ValueError` written before `Error` existed still
+catches it.
+
+```python
+from statemachine_agent import Agent, Error, MemoryCheckpointer, RunNotFoundError, ScriptedModel
+from statemachine_agent.testing import replies
+
+agent = Agent(ScriptedModel([replies.text("never sent")]), checkpointer=MemoryCheckpointer())
+try:
+    agent.resume("no-such-run")
+except Error as exc:  # anything the library raised on purpose
+    caught = exc
+assert isinstance(caught, RunNotFoundError)
+assert isinstance(caught, KeyError)  # what callers caught before `Error` existed
+```
+
+A run itself does not raise for what goes wrong inside it: a refused request,
+a spent budget or a failing tool end it in a named end state (see
+[troubleshooting](troubleshooting.md)). These exceptions are for what the call
+itself cannot do: bad arguments, a missing key, an unknown or locked run, a
+store that cannot be read.
+
+Left outside on purpose are a few internal signals that never reach a caller
+(each one is named, with the reason, in `statemachine_agent/errors.py`).
+"""
+
+
+def errors_markdown() -> str:
+    """The error reference: the tree, then each class with where to import it and
+    when it is raised (the first paragraph of its docstring)."""
+    modules = package_modules()
+    lines = [_ERRORS_INTRO, "## The tree", "", "```text", error_tree(), "```", ""]
+    lines += ["## When each is raised", ""]
+    lines += ["| error | also a | import from | raised when |", "|---|---|---|---|"]
+    for cls in error_classes():
+        lines.append(
+            f"| `{cls.__name__}` | `{builtin_base(cls).__name__}` "
+            f"| `{import_home(cls, modules)}` | {_cell(_summary(cls))} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 # -- README blocks -------------------------------------------------------------------
 
 
@@ -299,6 +438,7 @@ def generate(root: Path, targets: Iterable[str] = TARGETS) -> tuple[dict[Path, s
             files[root / PACKAGED_SVG] = files[root / DIAGRAM_FILES["svg"]]
     if "docs" in wanted:
         files[root / STATES_DOC] = states_markdown()
+        files[root / ERRORS_DOC] = errors_markdown()
         readme = root / README
         files[readme] = refresh_blocks(readme.read_text(encoding="utf-8"))
     return files, skipped

@@ -30,6 +30,7 @@ from statemachine_agent.agent import Agent
 from statemachine_agent.agent.subagents import SubRun
 from statemachine_agent.audit.config import Audit
 from statemachine_agent.audit.sink import MemorySink, iter_numbered, iter_run_events
+from statemachine_agent.errors import Error
 from statemachine_agent.machine.cancel import CancelToken
 from statemachine_agent.machine.result import RunResult
 from statemachine_agent.machine.settings import RunSettings
@@ -396,7 +397,7 @@ def _resume_decisions(segment: Segment) -> dict[str, Decision]:
     return decisions
 
 
-class ReplayError(ValueError):
+class ReplayError(Error, ValueError):
     """The file is not something a replay can start from (no start, two runs, no end)."""
 
 

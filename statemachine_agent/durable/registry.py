@@ -17,6 +17,7 @@ from typing import Generic, Protocol, TypeVar, overload, runtime_checkable
 
 from statemachine_agent.agent import Agent
 from statemachine_agent.effects.base import Effects
+from statemachine_agent.errors import Error
 from statemachine_agent.policy.approval import ApprovalPolicy
 
 AgentFactory = Callable[[Effects], Agent]
@@ -25,7 +26,7 @@ AgentFactory = Callable[[Effects], Agent]
 E = TypeVar("E", bound=Effects)
 
 
-class UnknownAgentError(LookupError):
+class UnknownAgentError(Error, LookupError):
     """No factory is registered under the name a run asked for."""
 
 

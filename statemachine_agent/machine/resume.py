@@ -10,16 +10,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from statemachine_agent.errors import Error
 from statemachine_agent.machine.ends import END_STATES
 from statemachine_agent.machine.run import RunRecord
 from statemachine_agent.policy.approval import Decision, decision_to_plain
 
 
-class RunAlreadyEndedError(ValueError):
+class RunAlreadyEndedError(Error, ValueError):
     """The run reached an end state that cannot be resumed."""
 
 
-class MissingToolsError(ValueError):
+class MissingToolsError(Error, ValueError):
     """A resumed run has pending or recorded calls of tools the agent does not have."""
 
     def __init__(self, run_id: str, missing: Iterable[str]) -> None:

@@ -27,6 +27,7 @@ from typing import Any, cast
 import anthropic
 import httpx2
 
+from statemachine_agent.errors import Error
 from statemachine_agent.models.base import DEFAULT_MODEL, ModelError, ModelReply, ModelRequest
 from statemachine_agent.models.loop_clients import LoopClients
 from statemachine_agent.models.sdk_args import sdk_arguments
@@ -76,7 +77,7 @@ def needs_streaming(model: str, max_tokens: int) -> bool:
     return expected > _NONSTREAMING_SECONDS or (limit is not None and max_tokens > limit)
 
 
-class MissingAPIKeyError(ValueError):
+class MissingAPIKeyError(Error, ValueError):
     """No API key was given and ANTHROPIC_API_KEY is not set."""
 
 

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from statemachine_agent.errors import Error
 from statemachine_agent.unicode import repair
 
 JSON = dict[str, Any]
@@ -164,7 +165,7 @@ class ModelReply:
         )
 
 
-class ModelError(Exception):
+class ModelError(Error):
     """A model call that failed after the adapter's own retries.
 
     `retryable` says whether trying again later could help (overload, rate limit);

@@ -14,10 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from statemachine_agent.audit.sink import read_events, run_events
+from statemachine_agent.errors import Error
 from statemachine_agent.models.base import ModelError, ModelReply, ModelRequest, Usage
 
 
-class ReplayDivergenceError(RuntimeError):
+class ReplayDivergenceError(Error, RuntimeError):
     """The engine asked something the record does not have."""
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol, runtime_checkable
 
+from statemachine_agent.errors import Error
 from statemachine_agent.machine.run import RunRecord
 from statemachine_agent.persistence.codec import SerializationError, record_from_plain
 from statemachine_agent.persistence.delta import counters, fold, stamped_metadata
@@ -64,11 +65,11 @@ def metadata_matches(metadata: Mapping[str, Any] | None, wanted: Mapping[str, An
     return True
 
 
-class RunNotFoundError(KeyError):
+class RunNotFoundError(Error, KeyError):
     """No checkpoint exists for the run id."""
 
 
-class CheckpointCorruptError(Exception):
+class CheckpointCorruptError(Error):
     """A store cannot be read as it was written: named by store, run and checkpoint number.
 
     Raised for a corrupted or foreign file, a missing, reordered, altered or

@@ -16,13 +16,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from statemachine_agent.errors import Error
 from statemachine_agent.machine.run import RunRecord, checkpointing
 
 Plain = Any
 """JSON-compatible data: None, bool, int, float, str, lists and str-keyed dicts."""
 
 
-class SerializationError(TypeError):
+class SerializationError(Error, TypeError):
     """A value in the run record cannot be written as JSON; the message names where."""
 
 

@@ -16,13 +16,15 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from statemachine_agent.errors import Error
+
 EncryptionKey = str | bytes
 """A key: 16, 24 or 32 raw bytes, or their URL-safe base64 text (what `generate_key` makes)."""
 
 PREFIX = "enc1:"
 
 
-class KeyMismatchError(ValueError):
+class KeyMismatchError(Error, ValueError):
     """A payload cannot be opened with the keys given (or none was given)."""
 
 

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol
 
+from statemachine_agent.errors import Error
+
 
 @dataclass(frozen=True, slots=True)
 class Lease:
@@ -45,7 +47,7 @@ def _when(at: float | None) -> str:
     return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-class RunLockedError(RuntimeError):
+class RunLockedError(Error, RuntimeError):
     """Another driver holds the run's lease: named with its owner id and the lease's expiry."""
 
     def __init__(self, run_id: str, owner: str, expires_at: float | None) -> None:

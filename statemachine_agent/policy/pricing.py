@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from statemachine_agent.errors import Error
 from statemachine_agent.models.base import Usage
 
 MTOK = 1_000_000
@@ -46,7 +47,7 @@ DEFAULT_PRICES: Mapping[str, Price] = {
 """Documented defaults; pass `prices=` to use your own."""
 
 
-class UnknownModelPriceError(KeyError):
+class UnknownModelPriceError(Error, KeyError):
     """Raised when a cost is asked for a model the price table does not know."""
 
 

@@ -24,6 +24,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from statemachine_agent.errors import Error
 from statemachine_agent.report._lenient import as_str
 from statemachine_agent.report._reading import (
     MODEL_CALL_EVENTS,
@@ -98,7 +99,7 @@ def describe_calls(calls: Counter[str]) -> str:
     return f"{total} model call{'s' if total != 1 else ''}" + (f" ({others})" if others else "")
 
 
-class ReportError(ValueError):
+class ReportError(Error, ValueError):
     """The file holds audit events, but nothing a report can be built from."""
 
 

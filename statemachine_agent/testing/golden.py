@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from statemachine_agent.errors import Error
 from statemachine_agent.machine.result import RunResult
 
 FORMAT = 1
@@ -27,7 +28,7 @@ FORMAT = 1
 UPDATE_HINT = "run `pytest --update-golden` to write it"
 
 
-class GoldenFileError(ValueError):
+class GoldenFileError(Error, ValueError):
     """A golden file exists but is not a golden trail (bad JSON, wrong format)."""
 
 

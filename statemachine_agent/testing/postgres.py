@@ -17,8 +17,10 @@ import tempfile
 from pathlib import Path
 from types import TracebackType
 
+from statemachine_agent.errors import Error
 
-class PostgresNotFoundError(RuntimeError):
+
+class PostgresNotFoundError(Error, RuntimeError):
     """No PostgreSQL server binaries on this machine."""
 
 

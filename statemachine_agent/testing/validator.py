@@ -20,6 +20,7 @@ from typing import Any
 
 import typing_extensions
 
+from statemachine_agent.errors import Error
 from statemachine_agent.models.sdk_args import missing_betas
 
 __all__ = [
@@ -135,7 +136,7 @@ _BLOCK_KEYS: Mapping[str, frozenset[str]] = {
 """Fields the API accepts on the blocks the engine itself writes; empty means "not checked"."""
 
 
-class InvalidRequestError(ValueError):
+class InvalidRequestError(Error, ValueError):
     """A request the real API would answer with a 400 `invalid_request_error`."""
 
     def __init__(self, problems: Sequence[str]) -> None:

@@ -14,6 +14,8 @@ import math
 import operator
 from collections.abc import Callable
 
+from statemachine_agent.errors import Error
+
 __all__ = [
     "MAX_DEPTH",
     "MAX_EXPONENT",
@@ -68,7 +70,7 @@ _UNSUPPORTED_OPERATORS: dict[type[ast.AST], str] = {
 _ALLOWED = "numbers, + - * / // % ** and parentheses"
 
 
-class CalculationError(ValueError):
+class CalculationError(Error, ValueError):
     """The expression is invalid, too large to compute safely, or undefined (x / 0)."""
 
 

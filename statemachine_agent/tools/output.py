@@ -24,6 +24,7 @@ from typing import Any
 import jsonschema
 import pydantic
 
+from statemachine_agent.errors import Error
 from statemachine_agent.tools.base import Tool
 from statemachine_agent.tools.registry import ToolError
 
@@ -35,7 +36,7 @@ DEFAULT_OUTPUT_RETRIES = 3
 """Invalid final answers a run tolerates before it ends in `failed`."""
 
 
-class OutputTypeError(TypeError):
+class OutputTypeError(Error, TypeError):
     """The output type cannot be described as a JSON schema."""
 
 

@@ -26,6 +26,8 @@ from typing import Any
 
 import jsonschema
 
+from statemachine_agent.errors import Error
+
 from ._execution import (
     EMPTY_RESULT,
     AbandonedError,
@@ -58,7 +60,7 @@ _CLOSING_LIKE = re.compile(rf"({_OPEN})(\s*)({_SLASH})(\s*)(?=([^\s>]*))", re.IG
 hidden inside another's name is found too) the name it closes."""
 
 
-class ToolError(Exception):
+class ToolError(Error):
     """A deliberate, user-facing failure: its message is the whole tool result.
 
     Raise it from a handler for expected problems ("No such city: Pariss") so

@@ -11,10 +11,12 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
+from statemachine_agent.errors import Error
+
 from .base import Tool
 
 
-class ToolsetError(Exception):
+class ToolsetError(Error):
     """A toolset could not list its tools (its server did not start or answer)."""
 
 
