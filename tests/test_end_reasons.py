@@ -7,21 +7,24 @@ handlers have never seen, added to a copy of the table, ends runs with its cause
 
 from __future__ import annotations
 
+import ast
 import asyncio
 from collections.abc import Iterator
 from dataclasses import replace
+from pathlib import Path
 from string import Formatter
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import statemachine_agent
 from statemachine_agent import AnthropicModel, calculate
 from statemachine_agent.audit.events import Emitter
 from statemachine_agent.audit.sink import MemorySink
 from statemachine_agent.effects.base import InProcessEffects
 from statemachine_agent.machine.endings import ENDINGS, FIGURES, Ending, explain, reason_fields
-from statemachine_agent.machine.ends import END_STATES
+from statemachine_agent.machine.ends import END_STATES, SUCCESS_STATES
 from statemachine_agent.machine.engine import Engine, MachineDefinitionError
 from statemachine_agent.machine.guards import GUARDS
 from statemachine_agent.machine.phase_env import AgentDeps, PhaseEnv
@@ -319,3 +322,20 @@ class TestANewRowCarriesItsOwnReason:
         assert end_state == "failed"
         assert reason == "failed: the model called a tool this deployment forbids"
         assert "neither text nor tool calls" not in reason
+
+
+class TestSuccessIsDeclaredOnce:
+    def test_no_module_lists_the_success_states_itself(self) -> None:
+        """Which end states are a success is `End.success` in ends.py; a literal
+        ("completed", "finished") elsewhere would miss an end state added later."""
+        package = Path(statemachine_agent.__file__).parent
+        found = []
+        for path in sorted(package.rglob("*.py")):
+            if path.name == "ends.py":
+                continue
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.Tuple | ast.List | ast.Set):
+                    names = {e.value for e in node.elts if isinstance(e, ast.Constant)}
+                    if names >= SUCCESS_STATES:
+                        found.append(f"{path.relative_to(package)}:{node.lineno}")
+        assert found == []

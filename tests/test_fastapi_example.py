@@ -2,7 +2,8 @@
 
 FastAPI's TestClient sends real requests through the app: a run starts, pauses for
 approval, is approved or denied by a second request, and ends; its checkpoints and
-audit file are read back as a service operator would read them.
+audit file are read back as a service operator would read them. `TestAccess` tries
+every rule of who may do what with a second, third and fourth caller.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -34,6 +36,14 @@ EXAMPLE = ROOT / "examples" / "fastapi_service.py"
 CALL = "toolu_mail"
 API_KEY = "sk-ant-api03-TESTSECRET-abcdefghijklmnop"
 MAIL = {"to": "ken@example.com", "subject": "Lunch", "body": "Noon?"}
+KEN = {"Authorization": "Bearer t-ken"}
+"""A requester of tenant acme: starts the runs."""
+BOB = {"Authorization": "Bearer t-bob"}
+"""Another requester of acme."""
+AYA = {"Authorization": "Bearer t-aya"}
+"""A reviewer of acme."""
+EVE = {"Authorization": "Bearer t-eve"}
+"""A reviewer of another tenant, globex."""
 
 
 def load() -> ModuleType:
@@ -61,22 +71,39 @@ def client(tmp_path: Path) -> Iterator[TestClient]:
         script("Sent, or not: see the tool result."),
         state_dir=tmp_path / "state",
         audit_dir=tmp_path / "audit",
+        tokens=tokens(),
     )
     with TestClient(app) as test_client:
         yield test_client
 
 
-def start(client: TestClient) -> dict[str, Any]:
-    response = client.post("/runs", json={"prompt": "Ask Ken to lunch."})
+def tokens() -> dict[str, Any]:
+    principal = service.Principal
+    return {
+        "t-ken": principal("acme", "ken", "requester"),
+        "t-bob": principal("acme", "bob", "requester"),
+        "t-aya": principal("acme", "aya", "reviewer"),
+        "t-eve": principal("globex", "eve", "reviewer"),
+    }
+
+
+def start(client: TestClient, who: dict[str, str] = KEN) -> dict[str, Any]:
+    response = client.post("/runs", json={"prompt": "Ask Ken to lunch."}, headers=who)
     assert response.status_code == 200, response.text
     body: dict[str, Any] = response.json()
     return body
 
 
-def decide(client: TestClient, run_id: str, decision: dict[str, Any]) -> Any:
-    return client.post(
-        f"/runs/{run_id}/approvals", json={"reviewer": "aya", "decisions": {CALL: decision}}
-    )
+def decide(
+    client: TestClient, run_id: str, decision: dict[str, Any], who: dict[str, str] = AYA
+) -> Any:
+    return client.post(f"/runs/{run_id}/approvals", json={"decisions": {CALL: decision}},
+                       headers=who)  # fmt: skip
+
+
+def audit_file(tmp_path: Path, run_id: str) -> Path:
+    """Where the service writes a run's audit file (the answers do not say)."""
+    return tmp_path / "audit" / f"{run_id}.jsonl"
 
 
 def outbox(client: TestClient) -> list[dict[str, str]]:
@@ -98,7 +125,7 @@ class TestApprove:
     def test_get_reads_the_checkpoint(self, client: TestClient) -> None:
         """GET /runs/{id} shows the paused state and the same pending call."""
         run_id = start(client)["run_id"]
-        state = client.get(f"/runs/{run_id}").json()
+        state = client.get(f"/runs/{run_id}", headers=KEN).json()
         assert state["state"] == "awaiting_approval"
         assert state["ended"] is True
         assert [call["tool_use_id"] for call in state["pending"]] == [CALL]
@@ -112,14 +139,14 @@ class TestApprove:
         assert done.json()["end_state"] == "completed"
         assert done.json()["pending"] == []
         assert outbox(client) == [{"key": f"{run_id}:{CALL}", **MAIL}]
-        state = client.get(f"/runs/{run_id}").json()
+        state = client.get(f"/runs/{run_id}", headers=KEN).json()
         assert (state["state"], state["pending"], state["iterations"]) == ("completed", [], 2)
 
-    def test_audit_file_holds_the_approval_trail(self, client: TestClient) -> None:
+    def test_audit_file_holds_the_approval_trail(self, client: TestClient, tmp_path: Path) -> None:
         """The run's audit file has the deferral, the resume and the approved call."""
         run_id = start(client)["run_id"]
-        audit_path = decide(client, run_id, {"decision": "approve"}).json()["audit_path"]
-        events = read_events(Path(audit_path))
+        decide(client, run_id, {"decision": "approve"})
+        events = read_events(audit_file(tmp_path, run_id))
         decided = [(e["decision"], e["source"]) for e in events if e["event"] == "approval.decided"]
         assert decided == [("defer", "default"), ("approve", "resume")]
         names = [e["event"] for e in events]
@@ -128,14 +155,16 @@ class TestApprove:
         finished = next(e for e in events if e["event"] == "tool.finished")
         assert finished["tool_use_id"] == CALL
 
-    def test_user_is_stamped_on_every_event(self, client: TestClient) -> None:
-        """The requesting user, passed as the run's metadata, is on every audit event,
-        the resumed part included."""
-        started = client.post("/runs", json={"prompt": "Ask Ken to lunch.", "user": "aya"})
-        run_id = started.json()["run_id"]
-        audit_path = decide(client, run_id, {"decision": "approve"}).json()["audit_path"]
-        events = read_events(Path(audit_path))
-        assert {json.dumps(e.get("metadata")) for e in events} == {json.dumps({"user": "aya"})}
+    def test_owner_is_stamped_on_every_event(self, client: TestClient, tmp_path: Path) -> None:
+        """The requester's tenant and user, from the credential, are the run's metadata on
+        every audit event; the resumed part also names the reviewer."""
+        run_id = start(client)["run_id"]
+        decide(client, run_id, {"decision": "approve"})
+        events = read_events(audit_file(tmp_path, run_id))
+        resumed = next(i for i, e in enumerate(events) if e["event"] == "run.resumed")
+        owner = {"tenant": "acme", "user": "ken"}
+        assert all(e["metadata"] == owner for e in events[:resumed])
+        assert all(e["metadata"] == {**owner, "reviewer": "aya"} for e in events[resumed:])
 
     def test_edit_sends_the_reviewers_version(self, client: TestClient) -> None:
         """An edit decision runs the call with the reviewer's input."""
@@ -149,13 +178,13 @@ class TestApprove:
 class TestDeny:
     """A denial reaches the model as an error result; nothing is sent."""
 
-    def test_deny_completes_without_sending(self, client: TestClient) -> None:
+    def test_deny_completes_without_sending(self, client: TestClient, tmp_path: Path) -> None:
         """The run completes, the outbox stays empty, the audit file names the denial."""
         run_id = start(client)["run_id"]
         done = decide(client, run_id, {"decision": "deny", "message": "Not today."})
         assert done.json()["end_state"] == "completed"
         assert outbox(client) == []
-        events = read_events(Path(done.json()["audit_path"]))
+        events = read_events(audit_file(tmp_path, run_id))
         failed = next(e for e in events if e["event"] == "tool.failed")
         assert (failed["error_kind"], failed["content"]) == ("denied", "Not today.")
 
@@ -165,7 +194,7 @@ class TestErrors:
 
     def test_unknown_run_is_404(self, client: TestClient) -> None:
         """GET and approvals of a run id nobody started answer 404."""
-        assert client.get("/runs/run_nope").status_code == 404
+        assert client.get("/runs/run_nope", headers=KEN).status_code == 404
         assert decide(client, "run_nope", {"decision": "approve"}).status_code == 404
 
     def test_approving_an_ended_run_is_409(self, client: TestClient) -> None:
@@ -181,15 +210,135 @@ class TestErrors:
         run_id = start(client)["run_id"]
         response = client.post(
             f"/runs/{run_id}/approvals",
-            json={"reviewer": "aya", "decisions": {"toolu_other": {"decision": "approve"}}},
+            json={"decisions": {"toolu_other": {"decision": "approve"}}},
+            headers=AYA,
         )
         assert response.status_code == 422
-        assert client.get(f"/runs/{run_id}").json()["state"] == "awaiting_approval"
+        assert client.get(f"/runs/{run_id}", headers=KEN).json()["state"] == "awaiting_approval"
 
     def test_malformed_decision_is_422(self, client: TestClient) -> None:
         """A decision kind the service does not know fails validation."""
         run_id = start(client)["run_id"]
         assert decide(client, run_id, {"decision": "maybe"}).status_code == 422
+
+
+class TestAccess:
+    """Who may do what: every rule tried by the caller it is meant to stop."""
+
+    @pytest.mark.parametrize(
+        ("method", "path"),
+        [("POST", "/runs"), ("POST", "/runs/stream"), ("GET", "/runs/{id}"),
+         ("POST", "/runs/{id}/approvals")],
+    )  # fmt: skip
+    @pytest.mark.parametrize(
+        "headers", [{}, {"Authorization": "Bearer t-nobody"}, {"Authorization": "Basic a2VuOg=="}]
+    )
+    def test_no_credential_is_401(
+        self, client: TestClient, method: str, path: str, headers: dict[str, str]
+    ) -> None:
+        """Without a known bearer token every endpoint answers 401 and does nothing."""
+        run_id = start(client)["run_id"]
+        body: dict[str, Any] = {"prompt": "Hi"} if "approvals" not in path else {"decisions": {}}
+        response = client.request(method, path.format(id=run_id), json=body, headers=headers)
+        assert response.status_code == 401
+        assert response.headers["www-authenticate"] == "Bearer"
+        assert outbox(client) == []
+
+    @pytest.mark.parametrize("field", ["user", "tenant", "metadata"])
+    def test_the_body_cannot_name_the_owner(self, client: TestClient, field: str) -> None:
+        """Who asked comes from the credential: a body that says otherwise is refused."""
+        response = client.post("/runs", json={"prompt": "Hi", field: "aya"}, headers=KEN)
+        assert response.status_code == 422
+
+    @pytest.mark.parametrize("other", [BOB, EVE], ids=["same-tenant-requester", "other-tenant"])
+    def test_another_principals_run_is_404(self, client: TestClient, other: dict[str, str]) -> None:
+        """Reading or approving a run someone else may not see answers exactly as for a
+        run that does not exist; the run stays untouched."""
+        run_id = start(client)["run_id"]
+        missing = client.get("/runs/run_0000000000000000", headers=other)
+        seen = client.get(f"/runs/{run_id}", headers=other)
+        approved = decide(client, run_id, {"decision": "edit", "input": {**MAIL, "to": "x@evil"}},
+                          who=other)  # fmt: skip
+        assert (seen.status_code, approved.status_code) == (404, 404)
+        assert seen.json() == approved.json() == missing.json()
+        assert outbox(client) == []
+        assert client.get(f"/runs/{run_id}", headers=KEN).json()["state"] == "awaiting_approval"
+
+    def test_a_reviewer_of_the_tenant_sees_and_approves(self, client: TestClient) -> None:
+        """The tenant's reviewer reads the pending call and approves it."""
+        run_id = start(client)["run_id"]
+        assert client.get(f"/runs/{run_id}", headers=AYA).json()["pending"][0]["input"] == MAIL
+        assert decide(client, run_id, {"decision": "approve"}, who=AYA).status_code == 200
+        assert len(outbox(client)) == 1
+
+    def test_the_requester_cannot_approve(self, client: TestClient) -> None:
+        """The run's owner, a requester, is refused (403: they may see their run)."""
+        run_id = start(client)["run_id"]
+        assert decide(client, run_id, {"decision": "approve"}, who=KEN).status_code == 403
+        assert outbox(client) == []
+
+    def test_a_reviewer_cannot_approve_their_own_run(self, client: TestClient) -> None:
+        """A reviewer who started a run is its requester: another reviewer must approve."""
+        run_id = start(client, who=AYA)["run_id"]
+        assert decide(client, run_id, {"decision": "approve"}, who=AYA).status_code == 403
+        assert outbox(client) == []
+
+    def test_the_body_cannot_name_the_reviewer(self, client: TestClient) -> None:
+        """A `reviewer` field in the approval body is refused: the credential names them."""
+        run_id = start(client)["run_id"]
+        response = client.post(
+            f"/runs/{run_id}/approvals",
+            json={"reviewer": "aya", "decisions": {CALL: {"decision": "approve"}}},
+            headers=KEN,
+        )
+        assert response.status_code == 422
+        assert outbox(client) == []
+
+    @pytest.mark.parametrize("run_id", ["..", "../runs", "a\nb", "conversation:c9", "x" * 300])
+    def test_hostile_run_ids_are_404(self, client: TestClient, run_id: str) -> None:
+        """A path-like or reserved id reads nothing and says nothing about the server."""
+        response = client.get(f"/runs/{quote(run_id, safe='')}", headers=AYA)
+        assert response.status_code == 404
+
+    def test_answers_carry_no_server_paths(self, client: TestClient, tmp_path: Path) -> None:
+        """No answer names a file of the server, whatever the endpoint or status."""
+        run_id = start(client)["run_id"]
+        answers = [
+            client.post("/runs", json={"prompt": "Hi"}, headers=BOB),
+            client.get(f"/runs/{run_id}", headers=KEN),
+            client.get(f"/runs/{run_id}", headers=EVE),
+            decide(client, run_id, {"decision": "approve"}),
+            decide(client, run_id, {"decision": "approve"}),
+        ]
+        for answer in answers:
+            assert str(tmp_path) not in answer.text
+            assert "audit_path" not in answer.text
+            assert ".jsonl" not in answer.text
+
+    def test_prompt_size_is_limited(self, client: TestClient) -> None:
+        """A prompt over the limit is 422; a body over the byte limit is 413; neither runs."""
+        long = "x" * (service.MAX_PROMPT_CHARS + 1)
+        assert client.post("/runs", json={"prompt": long}, headers=KEN).status_code == 422
+        huge = "x" * (service.MAX_BODY_BYTES + 1)
+        assert client.post("/runs", json={"prompt": huge}, headers=KEN).status_code == 413
+        assert client.app.state.service.open_runs.get(("acme", "ken"), set()) == set()  # type: ignore[attr-defined]
+
+    def test_open_runs_are_limited_per_principal(self, tmp_path: Path) -> None:
+        """A caller with the most open runs gets 429; others are not held back, and
+        finishing one frees a place."""
+        ask = replies.tool_use("send_email", MAIL, id=CALL)  # replies in the order used:
+        model = ScriptedModel([*[ask] * (service.MAX_OPEN_RUNS + 1), replies.text("Sent."), ask])
+        app = service.create_app(
+            model, state_dir=tmp_path / "state", audit_dir=tmp_path / "audit", tokens=tokens()
+        )
+        with TestClient(app) as client:
+            held = [start(client)["run_id"] for _ in range(service.MAX_OPEN_RUNS)]
+            refused = client.post("/runs", json={"prompt": "One more."}, headers=KEN)
+            assert refused.status_code == 429
+            assert start(client, who=BOB)["end_state"] == "awaiting_approval"
+            done = decide(client, held[0], {"decision": "approve"})
+            assert done.json()["end_state"] == "completed"
+            assert start(client)["end_state"] == "awaiting_approval"
 
 
 class TestLogging:
@@ -204,7 +353,10 @@ class TestLogging:
         service.configure_logging(stream)
         try:
             app = service.create_app(
-                script("Done."), state_dir=tmp_path / "state", audit_dir=tmp_path / "audit"
+                script("Done."),
+                state_dir=tmp_path / "state",
+                audit_dir=tmp_path / "audit",
+                tokens=tokens(),
             )
             with TestClient(app) as test_client:
                 run_id = start(test_client)["run_id"]
@@ -232,7 +384,7 @@ class TestAsDocumented:
         result = service.main()
         assert result.end_state == "completed"
         out = capsys.readouterr().out
-        assert "POST /runs -> awaiting_approval" in out
+        assert "POST /runs (ken) -> awaiting_approval" in out
         assert "-> completed: The Q3 report is on its way to Ken." in out
 
     def test_docs_quote_the_example(self) -> None:
@@ -254,7 +406,9 @@ def live(tmp_path: Path) -> Iterator[tuple[str, FakeAnthropicServer, Any]]:
     against the local API server (so replies really stream)."""
     with FakeAnthropicServer() as api:
         model = AnthropicModel(api_key=API_KEY, base_url=api.base_url)
-        app = service.create_app(model, state_dir=tmp_path / "state", audit_dir=tmp_path / "audit")
+        app = service.create_app(
+            model, state_dir=tmp_path / "state", audit_dir=tmp_path / "audit", tokens=tokens()
+        )
         server = uvicorn.Server(
             uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
         )
@@ -286,8 +440,10 @@ def read_sse(lines: Iterator[str]) -> Iterator[tuple[str, dict[str, Any]]]:
             data += line.removeprefix("data:").strip()
 
 
-def stream_run(url: str, prompt: str) -> list[tuple[str, dict[str, Any]]]:
-    with httpx.stream("POST", f"{url}/runs/stream", json={"prompt": prompt, "user": "aya"},
+def stream_run(
+    url: str, prompt: str, who: dict[str, str] = KEN
+) -> list[tuple[str, dict[str, Any]]]:
+    with httpx.stream("POST", f"{url}/runs/stream", json={"prompt": prompt}, headers=who,
                       timeout=30) as response:  # fmt: skip
         assert response.status_code == 200
         assert response.headers["content-type"].startswith("text/event-stream")
@@ -326,8 +482,8 @@ class TestServerSentEvents:
         assert [c["tool_use_id"] for c in ended["details"]["pending"]] == [CALL]
         run_id = ended["run_id"]
         decisions = {CALL: {"decision": "approve"}}
-        done = httpx.post(f"{url}/runs/{run_id}/approvals", timeout=30,
-                          json={"reviewer": "aya", "decisions": decisions})  # fmt: skip
+        done = httpx.post(f"{url}/runs/{run_id}/approvals", timeout=30, headers=AYA,
+                          json={"decisions": decisions})  # fmt: skip
         assert done.status_code == 200, done.text
         assert done.json()["end_state"] == "completed"
         assert app.state.service.outbox.sent() == [{"key": f"{run_id}:{CALL}", **MAIL}]
@@ -340,17 +496,53 @@ class TestServerSentEvents:
         api.add(PausedStream(replies.text("Noon works for everyone here."), 5, resume))
         try:
             with httpx.stream("POST", f"{url}/runs/stream", json={"prompt": "Lunch?"},
-                              timeout=30) as response:  # fmt: skip
+                              headers=KEN, timeout=30) as response:  # fmt: skip
                 for name, data in read_sse(response.iter_lines()):
                     if name == "text_delta":
                         run_id = data["run_id"]
                         break
             state: dict[str, Any] = {}
             for _ in range(500):
-                state = httpx.get(f"{url}/runs/{run_id}", timeout=30).json()
+                state = httpx.get(f"{url}/runs/{run_id}", headers=KEN, timeout=30).json()
                 if state["ended"]:
                     break
                 time.sleep(0.02)
         finally:
             resume.set()
         assert state["state"] == "cancelled"
+
+    def test_stream_needs_a_credential(self, live: tuple[str, Any, Any]) -> None:
+        """Without a known token the stream is 401 and no run starts."""
+        url, api, _app = live
+        response = httpx.post(f"{url}/runs/stream", json={"prompt": "Hi"}, timeout=30)
+        assert response.status_code == 401
+        assert api.requests == []
+
+    def test_a_streamed_run_is_bound_to_its_caller(self, live: tuple[str, Any, Any]) -> None:
+        """A run started over the stream belongs to the caller, as one from POST /runs:
+        another requester and another tenant get 404, the tenant's reviewer approves."""
+        url, api, _app = live
+        api.add(replies.tool_use("send_email", MAIL, id=CALL), replies.text("Sent."))
+        run_id = stream_run(url, "Ask Ken to lunch.")[-1][1]["run_id"]
+        for other in (BOB, EVE):
+            assert httpx.get(f"{url}/runs/{run_id}", headers=other, timeout=30).status_code == 404
+        decisions = {"decisions": {CALL: {"decision": "approve"}}}
+        mine = httpx.post(f"{url}/runs/{run_id}/approvals", headers=KEN, json=decisions,
+                          timeout=30)  # fmt: skip
+        assert mine.status_code == 403
+        theirs = httpx.post(f"{url}/runs/{run_id}/approvals", headers=AYA, json=decisions,
+                            timeout=30)  # fmt: skip
+        assert theirs.json()["end_state"] == "completed"
+
+    def test_streamed_events_are_redacted(self, live: tuple[str, Any, Any]) -> None:
+        """A secret the audit masks (the model's API key, a `password` input) never
+        reaches the browser, in any event."""
+        url, api, _app = live
+        leaky = {**MAIL, "body": f"the key: {API_KEY}", "password": "hunter2-secret"}
+        api.add(replies.tool_use("send_email", leaky, id=CALL))
+        with httpx.stream("POST", f"{url}/runs/stream", json={"prompt": "Hi"}, headers=KEN,
+                          timeout=30) as response:  # fmt: skip
+            raw = "".join(response.iter_text())
+        assert "run_ended" in raw
+        assert API_KEY not in raw
+        assert "hunter2-secret" not in raw

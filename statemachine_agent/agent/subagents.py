@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from statemachine_agent.agent._records import new_record
-from statemachine_agent.machine.ends import END_STATES, RESUMABLE_STATES
+from statemachine_agent.machine.ends import END_STATES, RESUMABLE_STATES, SUCCESS_STATES
 from statemachine_agent.machine.resume import prepare_resume
 from statemachine_agent.models.base import Usage
 from statemachine_agent.models.streaming import muted
@@ -306,7 +306,7 @@ def outcome_text(sub: SubRun) -> tuple[str, bool]:
     """What the parent's model reads of a child that ended, and whether it is an error."""
     if sub.answer is not None:
         return sub.answer
-    if sub.end_state in ("completed", "finished"):
+    if sub.end_state in SUCCESS_STATES:
         if isinstance(sub.data, Mapping) and not sub.text:  # a typed answer, or finish's input
             answer = sub.data.get("result", sub.data)
             return json.dumps(answer, ensure_ascii=False, default=str), False

@@ -55,7 +55,7 @@ def repl(conversation: Conversation, read: Callable[[str], str], out: TextIO) ->
             signal.signal(signal.SIGINT, previous)
         if result.text:
             print(f"assistant> {conversation.agent.redact(result.text)}", file=out)
-        if result.end_state not in ("completed", "finished"):
+        if not result.ok:
             print(f"[{result.end_state}: {conversation.agent.redact(result.reason)}]", file=out)
         print(
             f"[turn {conversation.turns}, {result.iterations} model calls, ${result.cost_usd:.4f}]",
