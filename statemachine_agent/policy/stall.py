@@ -16,9 +16,12 @@ Four patterns are looked for, in this priority:
 * ``repeat``: the same tool with the same arguments getting the same result
   `threshold` times. Polling whose result changes is progress, not a stall.
 * ``cycle``: the latest calls are a block of 2..`max_cycle_period` calls
-  (tool, arguments and result) repeated back to back (A, B, A, B).
+  (tool, arguments and result) repeated back to back `max(2, threshold - 1)`
+  times (A, B, A, B at the default 3): one round fewer than `threshold`, since
+  every round is already two or more calls.
 * ``oscillation``: one tool's arguments keep changing but its result keeps
-  returning to a value it had before (edit, revert, edit, revert).
+  returning to a value it had before, `threshold - 1` times (edit, revert, edit,
+  revert: the first value is not a return, so the value was seen `threshold` times).
 * ``near_duplicate``: the same tool called `threshold` times with arguments
   that differ only in wording ("weather Tokyo" / "tokyo  weather!").
 
