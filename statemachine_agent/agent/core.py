@@ -617,7 +617,7 @@ class Agent:
                 f"Delegate a self-contained task to the {name} agent; it works on its own "
                 "and answers with its result."
             )
-        return agent_tool(self, name=name, description=description)
+        return agent_tool(self, self._parts, _driving.drive, name=name, description=description)
 
 
 class RunHandle:

@@ -16,20 +16,23 @@ parent's run, not a world of its own:
   as the parent's, keyed `<parent tool_use id>/<child tool_use id>`, and resuming
   the parent with decisions for them resumes the child.
 
-The handler here only starts or resumes the child and reports a `SubRun`; what
-that means for the parent (the charge, the pause, the tool result) is decided by
-the parent's `act` phase, the one place a run's tool outcomes are recorded.
+The handler here only starts or resumes the child and reports a `SubRun`. What
+that means for the parent is settled when the parent's `act` records it: the
+`SubRun` is a `Settling` result, so `SubRun.settle` (here, with the rest of the
+feature) notes the child under the parent's `subagents` and names the charge, the
+pause and the tool result, which `act` applies as it would for any tool. The parent
+reaches the handler as the calling run of its tool scope (`calling_run`), and the
+agent hands the handler what it needs to start and drive a child (`Agent.as_tool`),
+so neither `act` nor this module imports the other's side of the loop.
 """
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import dataclasses
 import json
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
 from statemachine_agent.agent._records import new_record
 from statemachine_agent.machine.ends import END_STATES, RESUMABLE_STATES, SUCCESS_STATES
@@ -40,13 +43,17 @@ from statemachine_agent.persistence.base import load_record
 from statemachine_agent.persistence.delta import CheckpointWriter
 from statemachine_agent.policy.approval import Decision, decision_from_plain
 from statemachine_agent.policy.budget import Budget
-from statemachine_agent.tools.base import Tool
+from statemachine_agent.tools.base import Tool, ToolCall, ToolOutcome
 from statemachine_agent.tools.registry import ToolError
-from statemachine_agent.tools.scope import RunContext
+from statemachine_agent.tools.scope import RunContext, calling_run
+from statemachine_agent.tools.settling import Settlement, Settling
 
 if TYPE_CHECKING:
     from statemachine_agent.agent import Agent
-    from statemachine_agent.machine.phase_env import PhaseEnv
+    from statemachine_agent.agent._parts import AgentParts
+    from statemachine_agent.machine.cancel import CancelToken
+    from statemachine_agent.machine.phase_env import AgentDeps, PhaseEnv
+    from statemachine_agent.machine.result import RunResult
     from statemachine_agent.machine.run import RunRecord
 
 KEY_SEPARATOR = "/"
@@ -66,8 +73,26 @@ TASK_SCHEMA: Mapping[str, Any] = {
 }
 
 
+class DriveChild(Protocol):
+    """Drives a child's record to its end: `Agent.as_tool` hands over the driver of every
+    run (`_driving.drive`), which imports the engine and so the phases; this module,
+    which `act` runs, never imports it."""
+
+    def __call__(
+        self,
+        parts: AgentParts,
+        record: RunRecord,
+        *,
+        cancel: CancelToken | None,
+        writer: CheckpointWriter | None,
+        deps: AgentDeps,
+        host_deps: Any,
+        parent: PhaseEnv,
+    ) -> Awaitable[RunResult]: ...
+
+
 @dataclass(frozen=True, slots=True)
-class SubRun:
+class SubRun(Settling):
     """How a child run came back, as the parent's `act` records it."""
 
     run_id: str
@@ -87,29 +112,49 @@ class SubRun:
     answer: tuple[str, bool] | None = None
     """The tool result as recorded (content, is_error): a replay gives it back as it was."""
 
-
-@dataclass(frozen=True, slots=True)
-class ParentScope:
-    """What the sub-agent tools of one `act` need of the parent run."""
-
-    ctx: PhaseEnv
-    decisions: Mapping[str, Mapping[str, Decision]] = field(default_factory=dict)
-    """Approval decisions for each child, by the parent's tool_use id (child keys)."""
-
-
-_PARENT: contextvars.ContextVar[ParentScope | None] = contextvars.ContextVar(
-    "statemachine_agent_parent_scope", default=None
-)
-
-
-@contextlib.contextmanager
-def parent_scope(scope: ParentScope) -> Iterator[None]:
-    """Make `scope` the parent of the sub-agent calls started inside the block."""
-    token = _PARENT.set(scope)
-    try:
-        yield
-    finally:
-        _PARENT.reset(token)
+    def settle(self, env: PhaseEnv, call: ToolCall) -> Settlement:
+        """Note the child under the parent's `subagents`, charge the parent what the child
+        spent since it was last charged, and answer the call, or (the child paused for
+        approval, or was cancelled with the parent) leave it open for the parent's
+        resume to carry on, its pending calls the parent's under child keys."""
+        run = env.state
+        link = dict(run.subagents.runs.get(call.id) or {"run_id": self.run_id, "agent": self.agent})
+        usage = minus(self.usage, Usage.from_dict(link.get("usage") or {}))
+        cost = self.cost_usd - float(link.get("cost_usd") or 0.0)
+        link.update(end_state=self.end_state, usage=self.usage.to_dict(), cost_usd=self.cost_usd)
+        link.pop("pending", None)
+        parent_cancelled = env.cancel is not None and env.cancel.cancelled
+        with_parent = self.end_state == "cancelled" and parent_cancelled
+        paused = self.end_state == "awaiting_approval" or with_parent
+        awaiting: tuple[str, ...] = ()
+        if self.end_state == "awaiting_approval":
+            pending = [
+                {**p, "tool_use_id": child_key(call.id, str(p["tool_use_id"])),
+                 "run_id": p.get("run_id", self.run_id), "agent": p.get("agent", self.agent)}
+                for p in self.pending
+            ]  # fmt: skip
+            link["pending"] = pending
+            awaiting = tuple(p["tool_use_id"] for p in pending)
+        run.subagents.runs = {**run.subagents.runs, call.id: link}
+        elapsed = env.deps.effects.monotonic() - env.started_at
+        over = run.budget.exhausted(
+            iterations=0, cost_usd=run.cost_usd + cost,
+            total_tokens=(run.usage + usage).total_tokens, elapsed_s=elapsed,
+        )  # fmt: skip
+        if self.salvaged and over is not None and run.subagents.limit_salvage is None:
+            run.subagents.limit_salvage = {"run_id": self.run_id, "text": self.text}
+        env.emitter.emit("subagent.ended", iteration=run.iteration, tool_use_id=call.id,
+                         child_run_id=self.run_id, agent=self.agent, end_state=self.end_state,
+                         usage=usage.to_dict(), cost_usd=cost, paused=paused,
+                         salvaged=self.salvaged)  # fmt: skip
+        answer = None
+        if not paused:
+            content, is_error = outcome_text(self)
+            answer = ToolOutcome(
+                tool_use_id=call.id, name=call.name, content=content, is_error=is_error,
+                error_kind="raised" if is_error else None,
+            )  # fmt: skip
+        return Settlement(answer, charge=usage, cost_usd=cost, awaiting=awaiting)
 
 
 def child_run_id(parent_run_id: str, tool_use_id: str) -> str:
@@ -138,29 +183,35 @@ def take_decisions(decisions: dict[str, dict[str, Any]], tool_use_id: str) -> di
 
 
 class Delegate:
-    """The handler of an `as_tool` tool: starts or resumes a run of `agent`."""
+    """The handler of an `as_tool` tool: starts or resumes a run of `agent` (made with
+    `parts`), driven by `drive`."""
 
-    def __init__(self, agent: Agent) -> None:
+    def __init__(self, agent: Agent, parts: AgentParts, drive: DriveChild) -> None:
         self.agent = agent
+        self.parts = parts
+        self.drive = drive
 
     async def run(self, task: str, run_context: RunContext[Any]) -> Any:
-        scope = _PARENT.get()
-        if scope is None:  # no parent run (a direct `registry.execute`): a plain run
+        parent = calling_run()
+        if parent is None:  # no parent run (a direct `registry.execute`): a plain run
             result = await self.agent.arun(
                 task, deps=run_context.deps, metadata=dict(run_context.metadata)
             )
             return result.text or result.reason
-        decisions = scope.decisions.get(run_context.tool_call_id, {})
-        return await drive_child(self.agent, scope.ctx, run_context.tool_call_id, task, decisions)
+        call_id = run_context.tool_call_id
+        decisions = take_decisions(parent.state.approval.decisions, call_id)
+        return await drive_child(self, parent, call_id, task, decisions)
 
 
-def agent_tool(agent: Agent, *, name: str, description: str) -> Tool:
+def agent_tool(
+    agent: Agent, parts: AgentParts, drive: DriveChild, *, name: str, description: str
+) -> Tool:
     """The tool that runs `agent` as a sub-agent (see `Agent.as_tool`)."""
     return Tool(
         name=name,
         description=description,
         input_schema=TASK_SCHEMA,
-        handler=Delegate(agent).run,
+        handler=Delegate(agent, parts, drive).run,
         timeout=None,  # the child's time is capped by the budget, not by a tool timeout
         sequential=True,  # each child is capped by what the ones before it left
     )
@@ -182,7 +233,7 @@ def may_pause(tool: Tool) -> bool:
 
 
 async def drive_child(
-    agent: Agent,
+    child: Delegate,
     parent: PhaseEnv,
     tool_use_id: str,
     task: str,
@@ -190,13 +241,12 @@ async def drive_child(
 ) -> SubRun:
     """Start the child of one call, or resume it (paused, cancelled or interrupted by a
     crash of the parent), capped by what the parent has left; return how it ended."""
-    from statemachine_agent.agent._driving import drive  # it imports the phases, which import this
-
+    agent, parts = child.agent, child.parts
     prun = parent.state
     link = prun.subagents.runs.get(tool_use_id) or {}
     run_id = str(link.get("run_id") or child_run_id(prun.run_id, tool_use_id))
     store = parent.deps.checkpointer or agent.checkpointer
-    deps = dataclasses.replace(agent._deps, checkpointer=store)
+    deps = dataclasses.replace(parts.deps, checkpointer=store)
     writer: CheckpointWriter | None = None
     if store is not None and any(True for _ in store.bodies(run_id)):
         record = load_record(store, run_id)
@@ -205,7 +255,7 @@ async def drive_child(
         writer = CheckpointWriter.resumed(record)
         prepare_resume(record, decisions)
     else:
-        record = new_record(agent, task, (), run_id, prun.metadata)
+        record = new_record(parts, task, (), run_id, prun.metadata)
         record.parent = {"run_id": prun.run_id, "tool_use_id": tool_use_id}
     charged = Usage.from_dict(link.get("usage") or {}), float(link.get("cost_usd") or 0.0)
     budget = capped(agent.budget, parent, record, charged)
@@ -217,8 +267,8 @@ async def drive_child(
                 "max_total_tokens": budget.max_total_tokens, "max_seconds": budget.max_seconds},
     )  # fmt: skip
     with muted():  # the child's replies are not the reply a watcher of the parent reads
-        result = await drive(
-            agent, record, cancel=parent.cancel, writer=writer, deps=deps,
+        result = await child.drive(
+            parts, record, cancel=parent.cancel, writer=writer, deps=deps,
             host_deps=parent.host_deps, parent=parent,
         )  # fmt: skip
     details = result.details or {}

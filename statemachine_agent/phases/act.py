@@ -17,19 +17,8 @@ import inspect
 from types import MappingProxyType
 from typing import Literal
 
-from statemachine_agent.agent.subagents import (
-    ParentScope,
-    SubRun,
-    child_key,
-    delegate_of,
-    minus,
-    outcome_text,
-    parent_scope,
-    take_decisions,
-)
 from statemachine_agent.machine.failures import ComponentError
 from statemachine_agent.machine.phase_env import PhaseEnv
-from statemachine_agent.models.base import Usage
 from statemachine_agent.policy.approval import (
     Approve,
     Defer,
@@ -40,6 +29,7 @@ from statemachine_agent.policy.approval import (
 )
 from statemachine_agent.tools.base import ErrorKind, ToolCall, ToolOutcome
 from statemachine_agent.tools.scope import RunScope, tool_scope
+from statemachine_agent.tools.settling import Settling
 
 ANSWER_ERRORS: frozenset[ErrorKind] = frozenset({"invalid_input", "raised"})
 """Failures of a run-ending tool that mean its input (the answer) was rejected."""
@@ -83,14 +73,9 @@ class Act:
         started = deps.effects.monotonic()
         metadata = MappingProxyType(copy.deepcopy(run.metadata))
         scope = RunScope(deps=ctx.host_deps, run_id=run.run_id, iteration=run.iteration,
-                         usage=run.usage, metadata=metadata)  # fmt: skip
-        children = {
-            c.id: take_decisions(run.approval.decisions, c.id)
-            for c in keyed
-            if (t := deps.tools.get(c.name)) is not None and delegate_of(t) is not None
-        }
+                         usage=run.usage, metadata=metadata, env=ctx)  # fmt: skip
         try:
-            with tool_scope(scope), parent_scope(ParentScope(ctx, children)):
+            with tool_scope(scope):
                 await deps.effects.run_tools(
                     deps.tools, keyed, lambda c, o: self._record(ctx, c, o)
                 )
@@ -192,58 +177,23 @@ class Act:
         run.approval.awaiting.append(call.id)
         return None
 
-    def _from_child(self, ctx: PhaseEnv, call: ToolCall, sub: SubRun) -> ToolOutcome | None:
-        """A sub-agent's run came back: charge the parent what it spent since it was last
-        charged, and answer the call, or (the child paused for approval, or was cancelled
-        with the parent) leave it open for the parent's resume to carry on."""
-        run = ctx.state
-        link = dict(run.subagents.runs.get(call.id) or {"run_id": sub.run_id, "agent": sub.agent})
-        usage = minus(sub.usage, Usage.from_dict(link.get("usage") or {}))
-        cost = sub.cost_usd - float(link.get("cost_usd") or 0.0)
-        run.usage = run.usage + usage
-        run.cost_usd += cost
-        link.update(end_state=sub.end_state, usage=sub.usage.to_dict(), cost_usd=sub.cost_usd)
-        link.pop("pending", None)
-        parent_cancelled = ctx.cancel is not None and ctx.cancel.cancelled
-        with_parent = sub.end_state == "cancelled" and parent_cancelled
-        paused = sub.end_state == "awaiting_approval" or with_parent
-        if sub.end_state == "awaiting_approval":
-            pending = [
-                {**p, "tool_use_id": child_key(call.id, str(p["tool_use_id"])),
-                 "run_id": p.get("run_id", sub.run_id), "agent": p.get("agent", sub.agent)}
-                for p in sub.pending
-            ]  # fmt: skip
-            link["pending"] = pending
-            run.approval.awaiting.extend(p["tool_use_id"] for p in pending)
-        run.subagents.runs = {**run.subagents.runs, call.id: link}
-        elapsed = ctx.deps.effects.monotonic() - ctx.started_at
-        over = run.budget.exhausted(
-            iterations=0, cost_usd=run.cost_usd, total_tokens=run.usage.total_tokens,
-            elapsed_s=elapsed,
-        )  # fmt: skip
-        if sub.salvaged and over is not None and run.subagents.limit_salvage is None:
-            run.subagents.limit_salvage = {"run_id": sub.run_id, "text": sub.text}
-        ctx.emitter.emit("subagent.ended", iteration=run.iteration, tool_use_id=call.id,
-                         child_run_id=sub.run_id, agent=sub.agent, end_state=sub.end_state,
-                         usage=usage.to_dict(), cost_usd=cost, paused=paused,
-                         salvaged=sub.salvaged)  # fmt: skip
-        if paused:
-            ctx.checkpoint()
-            return None
-        content, is_error = outcome_text(sub)
-        return ToolOutcome(
-            tool_use_id=call.id, name=call.name, content=content, is_error=is_error,
-            error_kind="raised" if is_error else None,
-        )  # fmt: skip
-
     def _record(self, ctx: PhaseEnv, call: ToolCall, outcome: ToolOutcome) -> None:
-        """Keep the outcome (without its raw value, which need not be JSON) and checkpoint."""
+        """Keep the outcome (without its raw value, which need not be JSON) and checkpoint.
+
+        A result with accounts to settle with the run (`Settling`, e.g. a sub-agent's
+        run) is settled first: its charge and the approvals it waits for are applied
+        here, and a result with no answer leaves the call open for the run's resume.
+        """
         run = ctx.state
-        if isinstance(outcome.data, SubRun):
-            answered = self._from_child(ctx, call, outcome.data)
-            if answered is None:
+        if isinstance(outcome.data, Settling):
+            settled = outcome.data.settle(ctx, call)
+            run.usage = run.usage + settled.charge
+            run.cost_usd += settled.cost_usd
+            run.approval.awaiting.extend(settled.awaiting)
+            if settled.answer is None:
+                ctx.checkpoint()
                 return
-            outcome = dataclasses.replace(answered, duration_s=outcome.duration_s)
+            outcome = dataclasses.replace(settled.answer, duration_s=outcome.duration_s)
         fields = {
             "iteration": run.iteration,
             "tool": call.name,

@@ -23,9 +23,12 @@ import typing
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from statemachine_agent.models.base import Usage
+
+if TYPE_CHECKING:
+    from statemachine_agent.machine.phase_env import PhaseEnv
 
 DepsT = TypeVar("DepsT")
 
@@ -60,6 +63,9 @@ class RunScope:
     iteration: int
     usage: Usage
     metadata: Mapping[str, Any]
+    env: PhaseEnv | None = None
+    """The calling run's phase environment, for tools that are part of the run (a
+    sub-agent runs on its budget, trail and store); never handed to a host's tool."""
 
     def for_call(self, call_id: str, idempotency_key: str, tool_name: str) -> RunContext[Any]:
         return RunContext(
@@ -98,6 +104,13 @@ def call_context(call_id: str, idempotency_key: str, tool_name: str) -> RunConte
                           tool_call_id=call_id, idempotency_key=idempotency_key,
                           tool_name=tool_name)  # fmt: skip
     return scope.for_call(call_id, idempotency_key, tool_name)
+
+
+def calling_run() -> PhaseEnv | None:
+    """The phase environment of the run whose `act` is calling the current tool, or
+    None outside one (a direct `registry.execute`, a Temporal activity elsewhere)."""
+    scope = _SCOPE.get()
+    return None if scope is None else scope.env
 
 
 def context_parameter(func: Callable[..., Any]) -> str | None:
