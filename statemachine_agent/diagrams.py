@@ -86,9 +86,24 @@ class Highlight:
 
     @property
     def unknown_rows(self) -> list[RowKey]:
-        """Fired rows the current table does not have (an audit file from an older table)."""
+        """Fired rows the current table does not have (an audit file from an older table).
+
+        Only rows whose states, trigger and guards are all names (`NAME`) are kept: the
+        table's names are, and a name taken from a file is drawn in every format, so
+        anything else (an edited file's `x --> y\nclick y "javascript:..."`) is dropped
+        rather than escaped differently by each format.
+        """
         known = {row.key for row in table.ROWS}
-        return [key for key in self.rows if key not in known]
+        return [key for key in self.rows if key not in known and _drawable(key)]
+
+
+NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+"""What a state, trigger or guard name from an audit file must be to be drawn."""
+
+
+def _drawable(key: RowKey) -> bool:
+    source, trigger, dest, guards = key
+    return all(NAME.fullmatch(part) for part in (source, trigger, dest, *guards))
 
 
 Trail = Iterable[Any] | Highlight | None
@@ -330,9 +345,14 @@ which Mermaid decodes before drawing.
 """
 
 
+_NOT_TEXT = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+"""Line breaks of any kind (a new line would start a new Mermaid statement), other
+control characters and lone surrogates (not UTF-8): each becomes a space."""
+
+
 def mermaid_text(text: str) -> str:
     """`text` made safe for a Mermaid label or state description."""
-    return _MERMAID_UNSAFE.sub(lambda m: f"#{ord(m.group())};", text.replace("\n", " "))
+    return _MERMAID_UNSAFE.sub(lambda m: f"#{ord(m.group())};", _NOT_TEXT.sub(" ", text))
 
 
 def mermaid_unescape(text: str) -> str:

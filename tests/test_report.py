@@ -242,7 +242,7 @@ class TestHtml:
         page = render(build(hostile_run()), None)
         assert "<script" not in page
         assert "<img" not in page
-        escaped = "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;"
+        escaped = "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;"
         for label in ("prompt", "assistant", "error", "reason", "text"):
             assert f"{label} {escaped}" in page, label
 
@@ -283,7 +283,7 @@ class TestHtml:
         page = render(build(hostile_run()), None)
         assert '<span class="badge end failure">failed</span>' in page
         assert "Structured result (data)" in page
-        assert "&quot;note&quot;" in page
+        assert "&#34;note&#34;" in page
 
 
 class TestChart:

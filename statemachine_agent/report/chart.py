@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from html import escape
+
+from markupsafe import Markup, escape
 
 from statemachine_agent.report.build import Point
 from statemachine_agent.report.fmt import count, usd
@@ -37,7 +38,7 @@ class Series:
 
 def budget_chart(
     points: Sequence[Point], *, max_cost_usd: float | None, max_tokens: int | None
-) -> str:
+) -> Markup:
     """Two panels, cumulative cost and cumulative tokens per transition, as one `<svg>`."""
     series = (
         Series("cumulative cost (USD)", lambda p: p.cost_usd, usd, max_cost_usd, "cost"),
@@ -58,7 +59,8 @@ def budget_chart(
     for index, one in enumerate(series):
         parts.append(_panel(points, one, index * PANEL_HEIGHT))
     parts.append("</svg>")
-    return "\n".join(parts)
+    # Every value from the file (a point's label and detail) went through `escape`.
+    return Markup("\n".join(parts))
 
 
 def _panel(points: Sequence[Point], series: Series, top: int) -> str:

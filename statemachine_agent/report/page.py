@@ -2,19 +2,32 @@
 
 The page is opened from disk, attached to tickets and mailed around, so it
 carries everything inline (CSS, the Graphviz SVG, the chart) and loads nothing:
-its Content-Security-Policy forbids every fetch and every script. The audit file
-holds model and tool text, which is untrusted, so every string taken from it
-goes through `html.escape` on its way in (`_e`); nothing else builds markup.
+its Content-Security-Policy forbids every fetch, every script, every form and
+`<base>`, and allows only the page's own style block (by its hash), so no style
+attribute can restyle it either.
+
+The audit file is untrusted: anyone can edit it, and it holds model and tool text.
+So markup is built by construction, not by care: every piece of the page is a
+`markupsafe.Markup`, made only from the literal templates written here
+(`Markup("<p>{}</p>").format(value)`, `_join(parts)`), and every value that is not
+already `Markup` (anything from the file, any figure) is escaped as it is put in.
+A new field that forgets to escape cannot exist: an `f`-string or a plain `str`
+joined into the page is shown as text. The last step (`_clean`) replaces what is
+not Unicode text (lone surrogates, control characters), so the page can always be
+written as UTF-8.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import re
 from collections.abc import Iterable
 from datetime import UTC, datetime
-from html import escape
 from typing import Any
+
+from markupsafe import Markup
 
 from statemachine_agent.audit.chain import Verification
 from statemachine_agent.report.build import (
@@ -31,20 +44,26 @@ from statemachine_agent.report.drawing import Drawing
 from statemachine_agent.report.fmt import count, seconds, usd
 from statemachine_agent.report.fold import left_out
 
-CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
-"""Nothing may be fetched or run: the page is data, and works offline."""
-
 _GROUP = re.compile(r'<g id="([^"]*)" class="(node|edge)">')
 """The opening tag of each node and edge Graphviz draws, with the id `diagrams` gave it."""
 
+_NOT_TEXT = re.compile("[\ud800-\udfff\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+"""Lone surrogates (a JSON file may hold them; UTF-8 cannot) and C0/C1 controls
+other than tab and line ends: replaced, so the page is always valid text."""
 
-def _e(value: Any) -> str:
-    """Any value from the audit file, as HTML text."""
-    return escape(value if isinstance(value, str) else str(value), quote=True)
+
+def _join(parts: Iterable[Markup | str], sep: Markup | None = None) -> Markup:
+    """`parts` one after another (separated by `sep`), each one not `Markup` escaped."""
+    return (sep if sep is not None else Markup("")).join(parts)
 
 
 def _json(value: Any) -> str:
-    return _e(json.dumps(value, indent=2, ensure_ascii=False, default=str))
+    """A value from the file as indented JSON text (escaped where it is put in)."""
+    return json.dumps(value, indent=2, ensure_ascii=False, default=str)
+
+
+def _clean(page: str) -> str:
+    return _NOT_TEXT.sub("\ufffd", page)
 
 
 def render(
@@ -61,62 +80,71 @@ def render(
     """
     outcome = report.outcome
     status = outcome.end_state if outcome else "unfinished"
+    where = Markup(" in <code>{}</code>").format(source) if source else ""
     body = [
         _header(report, source, verification),
         _outcome(report, outcome),
         _diagram(diagram),
         _budget(report),
         _timeline(report),
-        f"<footer>Built by <code>statemachine-agent report</code> from {report.event_count} "
-        f"audit events{' in <code>' + _e(source) + '</code>' if source else ''}.</footer>",
+        Markup(
+            "<footer>Built by <code>statemachine-agent report</code> from {} audit events{}."
+            "</footer>"
+        ).format(report.event_count, where),
     ]
-    return (
+    page = Markup(
         "<!DOCTYPE html>\n"
         '<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">\n'
+        '<meta http-equiv="Content-Security-Policy" content="{csp}">\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
         '<link rel="icon" href="data:,">\n'
-        f"<title>{_e(report.run_id)}: {_e(status)}</title>\n"
-        f"<style>{STYLE}</style>\n</head>\n<body>\n<main>\n"
-        + "\n".join(body)
-        + "\n</main>\n</body>\n</html>\n"
+        "<title>{run_id}: {status}</title>\n"
+        "<style>{style}</style>\n</head>\n<body>\n<main>\n{body}\n</main>\n</body>\n</html>\n"
+    ).format(
+        csp=Markup(CSP),  # ours, and free of quotes: kept verbatim for readers of the source
+        run_id=report.run_id,
+        status=status,
+        style=Markup(STYLE),
+        body=_join(body, Markup("\n")),
     )
+    return _clean(str(page))
 
 
 # -- sections ------------------------------------------------------------------------
 
 
-def _header(report: Report, source: str, verification: Verification | None) -> str:
-    meta = []
+def _header(report: Report, source: str, verification: Verification | None) -> Markup:
+    meta: list[Markup | str] = []
     if report.model:
-        meta.append(f"model <code>{_e(report.model)}</code>")
+        meta.append(Markup("model <code>{}</code>").format(report.model))
     if report.started_ts is not None:
         started = datetime.fromtimestamp(report.started_ts, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-        meta.append(f"started {_e(started)}")
+        meta.append(f"started {started}")
     meta.append(f"{report.iteration_count} iterations, {report.transitions_fired} transitions")
     prompt = (
-        f'<div class="prompt"><span class="label">Prompt</span>'
-        f'<div class="text">{_e(report.prompt)}</div></div>'
+        Markup(
+            '<div class="prompt"><span class="label">Prompt</span><div class="text">{}</div></div>'
+        ).format(report.prompt)
         if report.prompt
         else ""
     )
-    return (
-        '<header class="run">'
-        f"<h1>Run <code>{_e(report.run_id or '(no run id)')}</code></h1>"
-        f'<p class="meta">{" · ".join(meta)}</p>{_chain(verification)}{prompt}</header>'
+    return Markup(
+        '<header class="run"><h1>Run <code>{}</code></h1><p class="meta">{}</p>{}{}</header>'
+    ).format(
+        report.run_id or "(no run id)", _join(meta, Markup(" · ")), _chain(verification), prompt
     )
 
 
-def _chain(verification: Verification | None) -> str:
+def _chain(verification: Verification | None) -> Markup:
     if verification is None:
-        return '<p class="chain unknown">Audit chain: not checked.</p>'
+        return Markup('<p class="chain unknown">Audit chain: not checked.</p>')
     kind = "ok" if verification.ok else "broken"
-    return f'<p class="chain {kind}">Audit chain: {_e(verification.summary)}</p>'
+    return Markup('<p class="chain {}">Audit chain: {}</p>').format(kind, verification.summary)
 
 
-def _outcome(report: Report, outcome: Outcome | None) -> str:
+def _outcome(report: Report, outcome: Outcome | None) -> Markup:
     if outcome is None:
-        return (
+        return Markup(
             '<section id="outcome" class="outcome failure"><h2>Result</h2>'
             '<p><span class="badge end failure">no end state</span> The file has no '
             "<code>run.ended</code> event: the run did not finish, or the file is cut short."
@@ -124,8 +152,10 @@ def _outcome(report: Report, outcome: Outcome | None) -> str:
         )
     kind = "success" if outcome.success else "failure"
     data = (
-        f'<details class="data" open><summary>Structured result (data)</summary>'
-        f"<pre>{_json(outcome.data)}</pre></details>"
+        Markup(
+            '<details class="data" open><summary>Structured result (data)</summary>'
+            "<pre>{}</pre></details>"
+        ).format(_json(outcome.data))
         if outcome.data is not None
         else ""
     )
@@ -140,35 +170,47 @@ def _outcome(report: Report, outcome: Outcome | None) -> str:
         ("cost", usd(outcome.cost_usd)),
         ("wall time", seconds(outcome.elapsed_s)),
     ]
-    grid = "".join(f"<div><dt>{_e(k)}</dt><dd>{_e(v)}</dd></div>" for k, v in stats)
+    grid = _join(Markup("<div><dt>{}</dt><dd>{}</dd></div>").format(k, v) for k, v in stats)
     answer = (
-        f'<div class="answer">{_e(outcome.text)}</div>'
+        Markup('<div class="answer">{}</div>').format(outcome.text)
         if outcome.text
-        else '<p class="muted">(no text)</p>'
+        else Markup('<p class="muted">(no text)</p>')
     )
-    return (
-        f'<section id="outcome" class="outcome {kind}"><h2>Result</h2>'
-        f'<p class="end"><span class="badge end {kind}">{_e(outcome.end_state)}</span> '
-        f'<span class="reason">{_e(outcome.reason)}</span></p>'
-        f'{answer}{data}<dl class="stats">{grid}</dl></section>'
+    return Markup(
+        '<section id="outcome" class="outcome {kind}"><h2>Result</h2>'
+        '<p class="end"><span class="badge end {kind}">{end}</span> '
+        '<span class="reason">{reason}</span></p>'
+        '{answer}{data}<dl class="stats">{grid}</dl></section>'
+    ).format(
+        kind=kind,
+        end=outcome.end_state,
+        reason=outcome.reason,
+        answer=answer,
+        data=data,
+        grid=grid,
     )
 
 
-def _diagram(diagram: Drawing | None) -> str:
+def _diagram(diagram: Drawing | None) -> Markup:
     if diagram is None:
-        inner = '<p class="muted">No diagram.</p>'
+        inner = Markup('<p class="muted">No diagram.</p>')
     elif diagram.svg is not None:
         svg = mark_diagram(diagram.svg, diagram.fired, diagram.visited)
-        inner = f'<p class="muted">{_e(diagram.note)}</p><div class="diagram">{svg}</div>'
+        # Graphviz's own output: every label in it was escaped by Graphviz as XML text.
+        inner = Markup('<p class="muted">{}</p><div class="diagram">{}</div>').format(
+            diagram.note, Markup(svg)
+        )
     else:
-        inner = f'<p class="muted">{_e(diagram.note)}</p><pre>{_e(diagram.text or "")}</pre>'
-    return (
+        inner = Markup('<p class="muted">{}</p><pre>{}</pre>').format(
+            diagram.note, diagram.text or ""
+        )
+    return Markup(
         '<section id="diagram"><h2>State machine</h2>'
         '<p class="legend"><span class="key visited">visited state</span>'
         '<span class="key fired">fired transition (×count)</span>'
         '<span class="key end">end state</span></p>'
-        f"{inner}</section>"
-    )
+        "{}</section>"
+    ).format(inner)
 
 
 def mark_diagram(
@@ -200,16 +242,18 @@ def mark_diagram(
 
 
 def _scalable(match: re.Match[str]) -> str:
-    """The `<svg` tag without a fixed size: the page's width, but never narrower than
-    three quarters of the drawing's own size, so its 12 pt labels stay readable (the
-    section scrolls sideways instead)."""
+    """The `<svg` tag without a fixed height: the page's width (CSS `min-width: 100%`),
+    but never narrower than three quarters of the drawing's own size (its `width`
+    attribute, in px where Graphviz gave pt), so its 12 pt labels stay readable (the
+    section scrolls sideways instead). An attribute, not a style: the page's CSP
+    allows no style attribute."""
     size = re.fullmatch(r"([\d.]+)pt", match.group(1))
     if size is None:
         return '<svg class="machine"'
-    return f'<svg class="machine" style="min-width: {float(size.group(1)):.0f}px"'
+    return f'<svg class="machine" width="{float(size.group(1)):.0f}"'
 
 
-def _budget(report: Report) -> str:
+def _budget(report: Report) -> Markup:
     budget = report.budget
     limits = []
     if isinstance(budget.get("max_iterations"), int):
@@ -227,25 +271,24 @@ def _budget(report: Report) -> str:
         limits.append(f"{seconds_limit:g} s")
     text = f"Limits: {', '.join(limits)}." if limits else "No limits recorded."
     chart = budget_chart(report.points, max_cost_usd=cost_limit, max_tokens=token_limit)
-    return (
-        f'<section id="budget"><h2>Budget</h2><p class="muted">{_e(text)} '
+    return Markup(
+        '<section id="budget"><h2>Budget</h2><p class="muted">{} '
         "Each point is the run's total after a transition (x: its number); "
-        "hover a point for its name.</p>"
-        f'<div class="chart">{chart}</div></section>'
-    )
+        'hover a point for its name.</p><div class="chart">{}</div></section>'
+    ).format(text, chart)
 
 
-def _timeline(report: Report) -> str:
-    parts = ['<section id="timeline"><h2>Timeline</h2>']
+def _timeline(report: Report) -> Markup:
+    parts = [Markup('<section id="timeline"><h2>Timeline</h2>')]
     if report.preamble is not None:
         parts.append(_segment(report.preamble, "Before the first model call", "preamble"))
     if not report.iterations:
-        parts.append('<p class="muted">No model call was made.</p>')
+        parts.append(Markup('<p class="muted">No model call was made.</p>'))
     shown: set[int] = set()
     gap = report.gap
     for index, iteration in enumerate(report.iterations):
         if gap is not None and index == gap.at:
-            parts.append(f'<p class="left-out" id="left-out">{_e(gap.note)}</p>')
+            parts.append(Markup('<p class="left-out" id="left-out">{}</p>').format(gap.note))
         parts.append(_segment(iteration, f"Iteration {iteration.number}", "iteration"))
         for index, step in enumerate(report.summaries):
             if step.after_iteration == iteration.number:
@@ -254,79 +297,90 @@ def _timeline(report: Report) -> str:
     parts += [_summary(s, i) for i, s in enumerate(report.summaries) if i not in shown]
     if report.summaries_left_out:
         note = left_out(report.summaries_left_out, "summaries")
-        parts.append(f'<p class="left-out">{_e(note)}</p>')
-    parts.append("</section>")
-    return "\n".join(parts)
+        parts.append(Markup('<p class="left-out">{}</p>').format(note))
+    parts.append(Markup("</section>"))
+    return _join(parts, Markup("\n"))
 
 
-def _segment(iteration: Iteration, title: str, cls: str) -> str:
-    flags = ' <span class="badge error">error</span>' if iteration.has_error else ""
+def _segment(iteration: Iteration, title: str, cls: str) -> Markup:
+    flags = Markup(' <span class="badge error">error</span>') if iteration.has_error else ""
     call = iteration.call
     stop = (
-        f' <span class="badge stop">{_e(call.stop_reason)}</span>'
+        Markup(' <span class="badge stop">{}</span>').format(call.stop_reason)
         if call is not None and call.stop_reason
         else ""
     )
-    figures = (
-        f'<span class="figures">{count(iteration.tokens.total)} tokens · '
-        f"{usd(iteration.cost_usd)}</span>"
+    figures = Markup('<span class="figures">{} tokens · {}</span>').format(
+        count(iteration.tokens.total), usd(iteration.cost_usd)
     )
     error_cls = " has-error" if iteration.has_error else ""
     # The loop's call first; salvage and critic calls come after the transitions that
     # led to them (a salvage call follows the move into the end state).
     body = [_call(c) for c in iteration.calls if c.purpose is None]
     if iteration.tools:
-        body.append('<div class="tools">' + "".join(_tool(t) for t in iteration.tools) + "</div>")
+        body.append(
+            Markup('<div class="tools">{}</div>').format(_join(map(_tool, iteration.tools)))
+        )
     if iteration.notes:
-        notes = "".join(
-            f'<li class="note{" error" if n.error else ""}"><code>{_e(n.event)}</code> '
-            f"{_e(n.text)}</li>"
+        notes = _join(
+            Markup('<li class="note{}"><code>{}</code> {}</li>').format(
+                " error" if n.error else "", n.event, n.text
+            )
             for n in iteration.notes
         )
-        body.append(f'<ul class="notes">{notes}</ul>')
+        body.append(Markup('<ul class="notes">{}</ul>').format(notes))
     if iteration.transitions:
         body.append(_transitions(iteration.transitions))
     body += [_call(c) for c in iteration.calls if c.purpose not in (None, "summary")]
-    body += [f'<p class="left-out">{_e(line)}</p>' for line in iteration.left_out.lines()]
-    return (
-        f'<article class="{cls}{error_cls}" id="{cls}-{iteration.number}" '
-        f'data-iteration="{iteration.number}">'
-        f"<header><h3>{_e(title)}</h3>{stop}{flags}{figures}</header>"
-        + "".join(body)
-        + "</article>"
+    body += [
+        Markup('<p class="left-out">{}</p>').format(line) for line in iteration.left_out.lines()
+    ]
+    return Markup(
+        '<article class="{cls}{error_cls}" id="{cls}-{number}" data-iteration="{number}">'
+        "<header><h3>{title}</h3>{stop}{flags}{figures}</header>{body}</article>"
+    ).format(
+        cls=cls,
+        error_cls=error_cls,
+        number=iteration.number,
+        title=title,
+        stop=stop,
+        flags=flags,
+        figures=figures,
+        body=_join(body),
     )
 
 
-def _summary(step: SummaryStep, index: int) -> str:
+def _summary(step: SummaryStep, index: int) -> Markup:
     """A summary as a step of its own, after the iteration it followed."""
-    figures = (
-        f'<span class="figures">{count(step.tokens_before)} → {count(step.tokens_after)} '
-        "prompt tokens</span>"
-    )
     facts = (
         f"{step.messages_replaced} earlier messages ({count(step.tokens_replaced)} tokens) "
         "replaced by one summary"
     )
-    body = [f'<p class="facts">{_e(facts)}</p>', f'<div class="assistant">{_e(step.summary)}</div>']
-    if step.call is not None:
-        body.append(_call(step.call))
-    return (
-        f'<article class="summary" id="summary-{index}" '
-        f'data-iteration="{step.after_iteration}">'
-        f"<header><h3>Summary after iteration {step.after_iteration}</h3>{figures}</header>"
-        + "".join(body)
-        + "</article>"
+    call = _call(step.call) if step.call is not None else ""
+    return Markup(
+        '<article class="summary" id="summary-{index}" data-iteration="{after}">'
+        "<header><h3>Summary after iteration {after}</h3>"
+        '<span class="figures">{before} → {now} prompt tokens</span></header>'
+        '<p class="facts">{facts}</p><div class="assistant">{summary}</div>{call}</article>'
+    ).format(
+        index=index,
+        after=step.after_iteration,
+        before=count(step.tokens_before),
+        now=count(step.tokens_after),
+        facts=facts,
+        summary=step.summary,
+        call=call,
     )
 
 
-def _call(call: ModelCall) -> str:
+def _call(call: ModelCall) -> Markup:
     what = "Model call" if call.purpose is None else f"{call.purpose.capitalize()} call"
-    cls = "call" if call.purpose is None else f"call extra {_e(call.purpose)}"
-    facts = []
+    cls = "call" if call.purpose is None else "call extra"
+    facts: list[Markup | str] = []
     if call.model:
-        facts.append(f"<code>{_e(call.model)}</code>")
+        facts.append(Markup("<code>{}</code>").format(call.model))
     if call.stop_reason:
-        facts.append(f"stop_reason <code>{_e(call.stop_reason)}</code>")
+        facts.append(Markup("stop_reason <code>{}</code>").format(call.stop_reason))
     if call.error is None:
         facts.append(
             f"{count(call.tokens.input)} in / {count(call.tokens.output)} out"
@@ -335,27 +389,34 @@ def _call(call: ModelCall) -> str:
         if call.cost_usd is not None:
             facts.append(f"cost {usd(call.cost_usd)}")
     if call.request_id:
-        facts.append(f"request <code>{_e(call.request_id)}</code>")
-    head = f"<strong>{what}</strong> · {' · '.join(facts)}"
-    parts = [f'<div class="{cls}"><p class="facts">{head}</p>']
+        facts.append(Markup("request <code>{}</code>").format(call.request_id))
+    parts = [
+        Markup(
+            '<div class="{}" data-purpose="{}"><p class="facts"><strong>{}</strong> · {}</p>'
+        ).format(cls, call.purpose or "", what, _join(facts, Markup(" · ")))
+    ]
     if call.error is not None:
-        parts.append(f'<p class="error-text">failed: {_e(call.error)}</p>')
+        parts.append(Markup('<p class="error-text">failed: {}</p>').format(call.error))
     if call.thinking:
         parts.append(
-            f"<details><summary>thinking</summary><pre>{_e(call.thinking)}</pre></details>"
+            Markup("<details><summary>thinking</summary><pre>{}</pre></details>").format(
+                call.thinking
+            )
         )
     if call.text:
-        parts.append(f'<div class="assistant">{_e(call.text)}</div>')
+        parts.append(Markup('<div class="assistant">{}</div>').format(call.text))
     for block in call.other_blocks:
         kind = block.get("type", "block") if isinstance(block, dict) else "block"
         parts.append(
-            f"<details><summary>{_e(kind)} block</summary><pre>{_json(block)}</pre></details>"
+            Markup("<details><summary>{} block</summary><pre>{}</pre></details>").format(
+                kind, _json(block)
+            )
         )
-    parts.append("</div>")
-    return "".join(parts)
+    parts.append(Markup("</div>"))
+    return _join(parts)
 
 
-def _tool(tool: ToolRun) -> str:
+def _tool(tool: ToolRun) -> Markup:
     if tool.output is None:
         state, cls = "no result recorded", "tool pending"
     elif tool.failed:
@@ -367,61 +428,96 @@ def _tool(tool: ToolRun) -> str:
     preview = json.dumps(tool.input, ensure_ascii=False, default=str)
     if len(preview) > 60:
         preview = preview[:59] + "…"
-    output = f"<h4>output</h4><pre>{_e(tool.output)}</pre>" if tool.output is not None else ""
+    output = (
+        Markup("<h4>output</h4><pre>{}</pre>").format(tool.output)
+        if tool.output is not None
+        else ""
+    )
     child = _child_run(tool.child) if tool.child is not None else ""
-    return (
-        f'<details class="{cls}"><summary><code>{_e(tool.tool)}</code>'
-        f'<span class="preview">{_e(preview)}</span>'
-        f'<span class="state">{_e(state)}{_e(took)}</span></summary>'
-        f"<h4>input</h4><pre>{_json(tool.input)}</pre>{child}{output}</details>"
+    return Markup(
+        '<details class="{cls}"><summary><code>{name}</code>'
+        '<span class="preview">{preview}</span><span class="state">{state}{took}</span>'
+        "</summary><h4>input</h4><pre>{input}</pre>{child}{output}</details>"
+    ).format(
+        cls=cls,
+        name=tool.tool,
+        preview=preview,
+        state=state,
+        took=took,
+        input=_json(tool.input),
+        child=child,
+        output=output,
     )
 
 
-def _child_run(child: Report) -> str:
+def _child_run(child: Report) -> Markup:
     """A sub-agent's run, nested in the tool call that started it: its end, figures and
     iterations (and its own sub-agents, nested the same way)."""
     outcome = child.outcome
     end = outcome.end_state if outcome is not None else "unfinished"
-    reason = f" ({_e(outcome.reason)})" if outcome is not None and outcome.reason else ""
+    reason = (
+        Markup(" ({})").format(outcome.reason) if outcome is not None and outcome.reason else ""
+    )
+    agent = Markup(" · {}").format(child.agent) if child.agent else ""
     parts = [
-        f'<section class="subrun" data-run-id="{_e(child.run_id)}">'
-        f"<h4>sub-agent run <code>{_e(child.run_id)}</code>"
-        f"{' · ' + _e(child.agent) if child.agent else ''}</h4>"
-        f'<p class="facts">ended in <code>{_e(end)}</code>{reason} · '
-        f"{count(child.tokens.total)} tokens · {usd(child.cost_usd)}</p>"
+        Markup(
+            '<section class="subrun" data-run-id="{id}"><h4>sub-agent run <code>{id}</code>'
+            '{agent}</h4><p class="facts">ended in <code>{end}</code>{reason} · '
+            "{tokens} tokens · {cost}</p>"
+        ).format(
+            id=child.run_id,
+            agent=agent,
+            end=end,
+            reason=reason,
+            tokens=count(child.tokens.total),
+            cost=usd(child.cost_usd),
+        )
     ]
     if child.preamble is not None:
         parts.append(_segment(child.preamble, "Before the first model call", "subpreamble"))
     parts += [_segment(i, f"Iteration {i.number}", "subiteration") for i in child.iterations]
-    parts.append("</section>")
-    return "".join(parts)
+    parts.append(Markup("</section>"))
+    return _join(parts)
 
 
-def _transitions(transitions: tuple[Transition, ...]) -> str:
+def _transitions(transitions: tuple[Transition, ...]) -> Markup:
     rows = []
     for t in transitions:
-        guards = "".join(
-            f'<span class="guard {"pass" if verdict else "fail"}'
-            f'{" via" if name in t.via else ""}">{_e(name)} {"✓" if verdict else "✗"}</span>'
+        guards = _join(
+            Markup('<span class="guard {}{}">{} {}</span>').format(
+                "pass" if verdict else "fail",
+                " via" if name in t.via else "",
+                name,
+                "✓" if verdict else "✗",
+            )
             for name, verdict in t.guards
         )
-        row_kind = "" if t.via else '<span class="fallback">fallback row</span>'
+        row_kind = "" if t.via else Markup('<span class="fallback">fallback row</span>')
         rows.append(
-            f'<tr class="transition" data-seq="{t.seq}"><td class="seq">#{t.seq}</td>'
-            f'<td class="move"><code>{_e(t.source)}</code> → <code>{_e(t.dest)}</code></td>'
-            f"<td><code>{_e(t.trigger)}</code></td>"
-            f'<td class="guards">{guards}{row_kind}</td>'
-            f'<td class="num">{seconds(t.elapsed_s)}</td>'
-            f'<td class="num">{count(t.tokens.total)}</td>'
-            f'<td class="num">{usd(t.cost_usd)}</td></tr>'
+            Markup(
+                '<tr class="transition" data-seq="{seq}"><td class="seq">#{seq}</td>'
+                '<td class="move"><code>{source}</code> → <code>{dest}</code></td>'
+                "<td><code>{trigger}</code></td>"
+                '<td class="guards">{guards}{row_kind}</td>'
+                '<td class="num">{elapsed}</td><td class="num">{tokens}</td>'
+                '<td class="num">{cost}</td></tr>'
+            ).format(
+                seq=t.seq,
+                source=t.source,
+                dest=t.dest,
+                trigger=t.trigger,
+                guards=guards,
+                row_kind=row_kind,
+                elapsed=seconds(t.elapsed_s),
+                tokens=count(t.tokens.total),
+                cost=usd(t.cost_usd),
+            )
         )
-    return (
+    return Markup(
         '<table class="transitions"><thead><tr><th>#</th><th>transition</th><th>trigger</th>'
         "<th>guards (✓ held, ✗ did not; bold: the row's own)</th><th>elapsed</th>"
-        "<th>tokens so far</th><th>cost so far</th></tr></thead><tbody>"
-        + "".join(rows)
-        + "</tbody></table>"
-    )
+        "<th>tokens so far</th><th>cost so far</th></tr></thead><tbody>{}</tbody></table>"
+    ).format(_join(rows))
 
 
 STYLE = """
@@ -466,7 +562,7 @@ pre { background: #f2f4f7; border-radius: 6px; padding: 8px 10px; overflow-x: au
 .legend .fired::before { height: 3px; background: var(--ok); vertical-align: 3px; }
 .legend .end::before { border: 2px solid var(--bad); }
 .diagram { overflow: auto; max-height: 85vh; border: 1px solid var(--line); border-radius: 6px; }
-svg.machine { display: block; width: 100%; height: auto; }
+svg.machine { display: block; min-width: 100%; height: auto; }
 svg.machine g.edge:not(.fired) path, svg.machine g.edge:not(.fired) polygon { opacity: .45; }
 svg.machine g.edge:not(.fired) text { fill: #475467; }
 svg.machine g.edge.fired path { stroke: var(--ok); stroke-width: 2.5; }
@@ -520,3 +616,20 @@ table.transitions { border-collapse: collapse; width: 100%; margin-top: 8px; fon
 .left-out { color: var(--muted); font-style: italic; margin: 6px 0; }
 footer { color: var(--muted); font-size: 12px; text-align: center; padding: 8px; }
 """
+
+
+def csp(style: str) -> str:
+    """The Content-Security-Policy of a page whose one style block is `style`.
+
+    Nothing may be fetched, run, submitted or re-based: the page is data, and works
+    offline. Styles come only from that block, allowed by its hash, so neither a
+    style attribute nor a `<style>` element smuggled in could restyle the page."""
+    digest = base64.b64encode(hashlib.sha256(style.encode("utf-8")).digest()).decode("ascii")
+    return (
+        f"default-src 'none'; style-src 'sha256-{digest}'; img-src data:; "
+        "form-action 'none'; base-uri 'none'"
+    )
+
+
+CSP = csp(STYLE)
+"""The report's policy (`csp` of its `STYLE`)."""

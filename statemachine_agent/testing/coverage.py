@@ -161,7 +161,8 @@ class TransitionCoverage:
         return (
             "<!DOCTYPE html>\n"
             '<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-            f'<meta http-equiv="Content-Security-Policy" content="{page.CSP}">\n'
+            '<meta http-equiv="Content-Security-Policy" '
+            f'content="{page.csp(page.STYLE + _STYLE)}">\n'
             '<link rel="icon" href="data:,">\n'
             f"<title>Transition coverage: {escape(self.summary())}</title>\n"
             f"<style>{page.STYLE}{_STYLE}</style>\n</head>\n<body>\n<main>\n"
