@@ -196,6 +196,7 @@ class Agent:
             for priced in keyed:
                 price_table.require(priced.name)
         secrets = [getattr(m, "api_key", None) or "" for m in keyed]
+        secrets += [value for ts in registry.toolsets for value in getattr(ts, "secrets", ())]
         if isinstance(audit.audit_key, str):
             secrets.append(audit.audit_key)
         self._redactor = Redactor(secrets=[*secrets, *audit.secrets], keys=audit.redact)

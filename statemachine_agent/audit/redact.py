@@ -42,8 +42,29 @@ DEFAULT_SECRET_KEYS = frozenset(
 )
 """Keys whose values are never written, compared case-insensitively ('-' and '_' alike)."""
 
-SECRET_PATTERN = re.compile(r"sk-ant-[A-Za-z0-9_\-]{6,}|sk-[A-Za-z0-9]{20,}", re.IGNORECASE)
-"""Shapes of API keys, caught even where no key name announces them."""
+SECRET_PATTERN = re.compile(
+    r"sk-(?:ant|proj|svcacct|admin)-[A-Za-z0-9_\-]{6,}"  # Anthropic; OpenAI project, service, admin
+    r"|sk-[A-Za-z0-9]{20,}"  # OpenAI's older keys
+    r"|gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{20,}"  # GitHub tokens
+    r"|(?:AKIA|ASIA)[A-Z0-9]{16}"  # AWS access key ids
+    r"|xox[abposr]-[A-Za-z0-9\-]{8,}"  # Slack tokens
+    r"|AIza[A-Za-z0-9_\-]{35}"  # Google API keys
+    r"|eyJ[A-Za-z0-9_\-]{6,}\.eyJ[A-Za-z0-9_\-]{6,}\.[A-Za-z0-9_\-]*",  # JWTs (bearer tokens)
+    re.IGNORECASE,
+)
+"""Shapes of API keys and tokens, caught even where no key name announces them. One
+compiled pattern, and only run on text holding one of `_SHAPE_HINTS`, so a plain text
+costs a few substring searches."""
+
+_SHAPE_HINTS = ("-", "_", "AKIA", "ASIA", "AIza", "eyJ")
+"""Substrings one of which every shape above holds, as issued (AWS and Google keys and
+JWTs are written in exactly these letter cases)."""
+
+_MEMBER = re.compile(
+    r'"((?:[^"\\]|\\.){1,64})"(\s*:\s*)("(?:[^"\\]|\\.)*"|-?[0-9][0-9.eE+\-]*|true|false)'
+)
+"""A JSON member with a scalar value, as a structured tool result rendered to text (the
+content the model reads) holds it: `"password": "hunter2"`."""
 
 _PLAIN = (bool, int, float, type(None))
 
@@ -124,12 +145,22 @@ class Redactor:
 
     def _redact_text(self, text: str) -> str:
         # Both patterns ignore case, so no lowered copy of the text is needed; a key
-        # shape always holds "-", which is far cheaper to look for than the pattern.
+        # shape always holds one of a few substrings, far cheaper to look for than it.
         if self._values is not None and self._values.search(text) is not None:
             text = self._values.sub(REDACTED, text)
-        if "-" in text:
+        if any(hint in text for hint in _SHAPE_HINTS):
             text = SECRET_PATTERN.sub(REDACTED, text)
+        if '":' in text or '" :' in text:
+            text = _MEMBER.sub(self._mask_member, text)
         return text
+
+    def _mask_member(self, match: re.Match[str]) -> str:
+        """A secret-named member of JSON text with its value masked (a tool's structured
+        result is JSON text by the time an event carries it, so its keys are no longer
+        keys to `redact`)."""
+        if _key_form(match.group(1)) not in self._keys:
+            return match.group(0)
+        return f'"{match.group(1)}"{match.group(2)}"{REDACTED}"'
 
 
 def _key_form(key: str) -> str:

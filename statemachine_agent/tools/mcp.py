@@ -106,6 +106,8 @@ class MCPToolset(Toolset):
             else frozenset(requires_approval)
         )
         self.timeout = timeout
+        self.secrets: tuple[str, ...] = ()
+        """Values the agent's audit redaction masks (the `headers=` of `http`)."""
         self._opener = opener
         self._connection: _Connection | None = None
         self._lock: asyncio.Lock | None = None
@@ -151,7 +153,13 @@ class MCPToolset(Toolset):
                 yield streams
 
         options.setdefault("name", url)
-        return cls(opener, **options)
+        toolset = cls(opener, **options)
+        # Header values are credentials more often than not ("Bearer ...", API keys):
+        # each value, and each word of it, is masked wherever a run's events hold it.
+        toolset.secrets = tuple(
+            {part for value in sent.values() for part in (value, *value.split()) if len(part) >= 8}
+        )
+        return toolset
 
     def __repr__(self) -> str:
         return f"<MCPToolset {self.name}>"
