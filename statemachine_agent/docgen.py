@@ -113,7 +113,7 @@ def _rows_table(rows: Sequence[Row], *, outgoing: bool) -> list[str]:
     if outgoing:
         lines = ["| order | trigger | guards | dest | description |", "|---|---|---|---|---|"]
     else:
-        lines = ["| from | trigger | guards | description |", "|---|---|---|---|"]
+        lines = ["| from | trigger | guards | description | reason |", "|---|---|---|---|---|"]
     for row in rows:
         order = table.rows_from(row.source, row.trigger).index(row) + 1
         description = row.description
@@ -125,7 +125,8 @@ def _rows_table(rows: Sequence[Row], *, outgoing: bool) -> list[str]:
         if outgoing:
             cells = [str(order), f"`{row.trigger}`", guards, _link(row.dest), description]
         else:
-            cells = [_link(row.source), f"`{row.trigger}`", guards, description]
+            reason = f"`{row.end_reason}`"  # the run's `reason`, `{figures}` from the record
+            cells = [_link(row.source), f"`{row.trigger}`", guards, description, reason]
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     return lines
 
@@ -188,7 +189,9 @@ def _state_section(name: str, exit_codes: Mapping[str, int]) -> list[str]:
             out.append("")
         incoming = [row for row in table.ROWS if row.dest == name]
         if incoming:
-            out += ["Entered from:", "", *_rows_table(incoming, outgoing=False)]
+            out += ["Entered from (the row that fired gives the run's `reason`; each `{figure}`",
+                    "in it is filled in from the record):", "",
+                    *_rows_table(incoming, outgoing=False)]  # fmt: skip
         else:
             out.append("No row enters it yet.")
         leaving = [row for row in table.ROWS if row.source == name]
