@@ -10,6 +10,7 @@ ends in `cancelled` by the table's rows, with what it had streamed kept.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import queue
 import threading
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
@@ -42,9 +43,17 @@ class StreamTap:
     builds a frozen event and hands it to `put`.
     """
 
-    def __init__(self, run_id: str, put: Callable[[StreamEvent], None]) -> None:
+    def __init__(
+        self,
+        run_id: str,
+        put: Callable[[StreamEvent], None],
+        redact: Callable[[Any], Any] = lambda value: value,
+    ) -> None:
+        """`redact` masks what the audit masks: the audit events the tap hears are
+        redacted already, the model's deltas are not (they come from the adapter)."""
         self.run_id = run_id
         self._put = put
+        self._redact = redact
         self.iteration = 0
         """The number of the loop's model call in flight (or the last one)."""
 
@@ -69,20 +78,35 @@ class StreamTap:
         """Nothing to close: the stream ends with the run."""
 
     def on_delta(self, delta: ReplyDelta) -> None:
-        run, step = self.run_id, self.iteration
+        run, step, redact = self.run_id, self.iteration, self._redact
         if delta.kind == "text":
-            self._put(TextDelta(run, step, delta.index, delta.text))
+            self._put(TextDelta(run, step, delta.index, redact(delta.text)))
         elif delta.kind == "thinking":
-            self._put(ThinkingDelta(run, step, delta.index, delta.text))
+            self._put(ThinkingDelta(run, step, delta.index, redact(delta.text)))
         elif delta.kind == "tool_use_started":
-            self._put(ToolCallStarted(run, step, delta.tool_use_id, delta.name))
+            self._put(ToolCallStarted(run, step, delta.tool_use_id, redact(delta.name)))
         elif delta.kind == "tool_use_complete":
-            self._put(ToolInputComplete(run, step, delta.tool_use_id, delta.name, delta.input))
+            self._put(ToolInputComplete(run, step, delta.tool_use_id, redact(delta.name),
+                                        redact(delta.input)))  # fmt: skip
         else:
             self._put(ReplyRestarted(run, step))
 
 
 _DONE = object()
+
+
+def _redacted(result: RunResult, redact: Callable[[Any], Any]) -> RunResult:
+    """The result as a `run_ended` event carries it: its texts and values masked as the
+    audit masks them (the caller's own `RunResult`, `stream.result`, stays whole)."""
+    return dataclasses.replace(
+        result,
+        text=redact(result.text),
+        reason=redact(result.reason),
+        messages=redact(result.messages),
+        data=redact(result.data),
+        details=redact(result.details),
+        output=redact(result.output),
+    )
 
 
 class RunStream:
@@ -94,10 +118,19 @@ class RunStream:
     end and `result` then holds it.
     """
 
-    def __init__(self, run_id: str, start: Start, cancel: CancelToken) -> None:
+    def __init__(
+        self,
+        run_id: str,
+        start: Start,
+        cancel: CancelToken,
+        redact: Callable[[Any], Any] = lambda value: value,
+    ) -> None:
+        """`redact` is the agent's audit redactor: every event handed out goes through it,
+        so a stream (sent to a browser, say) shows no more than the audit file does."""
         self.run_id = run_id
         self._start = start
         self._token = cancel
+        self._redact = redact
         self._queue: asyncio.Queue[Any] = asyncio.Queue()
         self._task: asyncio.Task[RunResult] | None = None
         self._ended = False
@@ -117,10 +150,10 @@ class RunStream:
             return item  # type: ignore[no-any-return]
         self._ended = True
         self.result = await self._task
-        return RunEnded(self.run_id, self.result)
+        return RunEnded(self.run_id, _redacted(self.result, self._redact))
 
     async def _run(self) -> RunResult:
-        tap = StreamTap(self.run_id, self._queue.put_nowait)
+        tap = StreamTap(self.run_id, self._queue.put_nowait, self._redact)
         try:
             with listening(tap.on_delta):
                 return await self._start(tap, self._token)
