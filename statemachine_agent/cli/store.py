@@ -29,21 +29,32 @@ def duration(text: str) -> float:
 def open_store(args: argparse.Namespace) -> Any:
     """The store `--store` names; a missing SQLite file is an error, not a new store."""
     from statemachine_agent.persistence import PostgresCheckpointer, SQLiteCheckpointer
+    from statemachine_agent.persistence.postgres import masked
 
     target: str = args.store
+    shown = masked(target, target)  # a URL's password is never printed
     keys = encryption_keys(args)
     try:
-        if target.startswith(("postgresql://", "postgres://")):
+        if target.lower().startswith(("postgresql://", "postgres://")):
             return PostgresCheckpointer(target, encryption_key=keys)
         if not Path(target).is_file():
-            raise UsageError(f"no store at {target}")
+            raise UsageError(f"no store at {shown}")
         return SQLiteCheckpointer(target, encryption_key=keys)
     except (ImportError, ValueError, OSError) as exc:
-        raise UsageError(f"cannot open store {target}: {exc}") from exc
+        raise UsageError(
+            _one_line(f"cannot open store {shown}: {masked(str(exc), target)}")
+        ) from None
     except Exception as exc:
         if type(exc).__module__.startswith("psycopg"):  # server down, bad URL, no access
-            raise UsageError(f"cannot open store {target}: {exc}".strip()) from exc
+            raise UsageError(
+                _one_line(f"cannot open store {shown}: {masked(str(exc), target)}")
+            ) from None
         raise
+
+
+def _one_line(text: str) -> str:
+    """An error for the terminal: one line, whatever the driver's message spans."""
+    return " ".join(text.split())
 
 
 def metadata_pair(text: str) -> tuple[str, str]:

@@ -7,6 +7,7 @@ one step for every worker. Install with the `postgres` extra.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,6 +17,20 @@ from statemachine_agent.persistence.sql import SQLCheckpointer
 
 SETUP_LOCK = 0x534D4131
 """Advisory lock id serializing table creation and migration among workers starting at once."""
+
+_URL_PASSWORD = re.compile(r"(postgres(?:ql)?://[^:/@\s]*):([^@\s]*)@", re.IGNORECASE)
+_KEY_PASSWORD = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
+
+
+def masked(text: str, dsn: str = "") -> str:
+    """`text` with every password it may hold replaced by `***`: a URL's userinfo, a
+    `password=` option, and the password of `dsn` wherever it occurs (psycopg quotes
+    a malformed connection string whole in its error). Errors are printed and
+    logged; the password must never be."""
+    found = _URL_PASSWORD.search(dsn) or _KEY_PASSWORD.search(dsn)
+    secret = found.group(2).strip("'") if found else ""
+    text = _KEY_PASSWORD.sub(r"\1***", _URL_PASSWORD.sub(r"\1:***@", text))
+    return text.replace(secret, "***") if secret else text
 
 
 class PostgresCheckpointer(SQLCheckpointer):
@@ -46,7 +61,13 @@ class PostgresCheckpointer(SQLCheckpointer):
             raise ImportError(
                 "PostgresCheckpointer needs psycopg: pip install 'statemachine-agent[postgres]'"
             ) from exc
-        self._db = psycopg.connect(dsn, autocommit=True)
+        refused: psycopg.Error | None = None
+        try:
+            self._db = psycopg.connect(dsn, autocommit=True)
+        except psycopg.Error as exc:  # its text may quote the URL, password included
+            refused = type(exc)(masked(str(exc), dsn).strip())
+        if refused is not None:
+            raise refused  # raised out here, so no chained error carries the original text
         info = self._db.info
         super().__init__(
             self._db.execute,
