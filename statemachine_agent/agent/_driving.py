@@ -68,7 +68,7 @@ def stream(
         finally:
             release(agent.checkpointer, held)
 
-    return RunStream(record.run_id, start, token, parts.redactor.redact)
+    return RunStream(record.run_id, start, token, agent._redactor.redact)
 
 
 async def drive(
