@@ -12,16 +12,17 @@ as it changes; hard-coded sets are only the fallback.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import re
 import typing
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import typing_extensions
 
 from statemachine_agent.errors import Error
-from statemachine_agent.models.sdk_args import missing_betas
 
 __all__ = [
     "MAX_CACHE_BREAKPOINTS",
@@ -106,6 +107,7 @@ def _literal_types(module: str, name: str) -> frozenset[str]:
     return frozenset(found)
 
 
+@functools.cache
 def known_request_params() -> frozenset[str]:
     """Top-level parameter names the Messages API accepts, read from the installed SDK."""
     names: set[str] = set()
@@ -118,22 +120,45 @@ def known_request_params() -> frozenset[str]:
     return frozenset(names or _FALLBACK_PARAMS) | _SAMPLING_PARAMS
 
 
-_PARAMS = known_request_params()
 _MESSAGE_KEYS = frozenset({"role", "content"})
-_TOOL_RESULT_CONTENT = (
-    _literal_types("anthropic.types.tool_result_block_param", "Content")
-    or _FALLBACK_TOOL_RESULT_CONTENT
-)
-_BLOCK_KEYS: Mapping[str, frozenset[str]] = {
-    "text": _typed_dict_keys("anthropic.types.text_block_param", "TextBlockParam")
-    | _model_fields("anthropic.types.text_block", "TextBlock"),
-    "tool_use": _typed_dict_keys("anthropic.types.tool_use_block_param", "ToolUseBlockParam")
-    | _model_fields("anthropic.types.tool_use_block", "ToolUseBlock"),
-    "tool_result": _typed_dict_keys(
-        "anthropic.types.tool_result_block_param", "ToolResultBlockParam"
-    ),
-}
-"""Fields the API accepts on the blocks the engine itself writes; empty means "not checked"."""
+
+
+@dataclass(frozen=True)
+class _SdkRules:
+    """The rules read from the installed SDK's types.
+
+    Read on the first check, not at import: importing the SDK loads hundreds of
+    modules, which `from statemachine_agent.testing import replies` and a run that
+    does not validate should not pay for (issue 26).
+    """
+
+    params: frozenset[str]
+    tool_result_content: frozenset[str]
+    block_keys: Mapping[str, frozenset[str]]
+    """Fields the API accepts on the blocks the engine itself writes; empty means
+    "not checked"."""
+
+
+@functools.cache
+def _sdk_rules() -> _SdkRules:
+    return _SdkRules(
+        params=known_request_params(),
+        tool_result_content=(
+            _literal_types("anthropic.types.tool_result_block_param", "Content")
+            or _FALLBACK_TOOL_RESULT_CONTENT
+        ),
+        block_keys={
+            "text": _typed_dict_keys("anthropic.types.text_block_param", "TextBlockParam")
+            | _model_fields("anthropic.types.text_block", "TextBlock"),
+            "tool_use": _typed_dict_keys(
+                "anthropic.types.tool_use_block_param", "ToolUseBlockParam"
+            )
+            | _model_fields("anthropic.types.tool_use_block", "ToolUseBlock"),
+            "tool_result": _typed_dict_keys(
+                "anthropic.types.tool_result_block_param", "ToolResultBlockParam"
+            ),
+        },
+    )
 
 
 class InvalidRequestError(Error, ValueError):
@@ -190,6 +215,8 @@ def validate_headers(body: Mapping[str, Any], headers: Mapping[str, str]) -> lis
             "betas: unknown Messages API parameter (extra inputs are not permitted); "
             "betas are sent in the anthropic-beta header"
         )
+    from statemachine_agent.models.sdk_args import missing_betas  # loads the SDK: on use
+
     lowered = {name.lower(): value for name, value in headers.items()}
     for param, beta in missing_betas(body, lowered.get("anthropic-beta", "")):
         problems.append(
@@ -278,7 +305,7 @@ class _Checker:
     def check_top_level(self) -> None:
         body = self.body
         for key in body:
-            if key not in _PARAMS:
+            if key not in _sdk_rules().params:
                 self.add(
                     str(key), "unknown Messages API parameter (extra inputs are not permitted)"
                 )
@@ -584,7 +611,7 @@ class _Checker:
         return answered
 
     def check_block_keys(self, at: str, kind: str, block: Mapping[str, Any]) -> None:
-        allowed = _BLOCK_KEYS.get(kind)
+        allowed = _sdk_rules().block_keys.get(kind)
         if not allowed:
             return
         for key in block:
@@ -679,8 +706,8 @@ class _Checker:
                 self.add(inner_at, f"must be a content block object, got {_kind(inner)}")
                 continue
             kind = inner.get("type")
-            if kind not in _TOOL_RESULT_CONTENT:
-                allowed = ", ".join(sorted(_TOOL_RESULT_CONTENT))
+            if kind not in _sdk_rules().tool_result_content:
+                allowed = ", ".join(sorted(_sdk_rules().tool_result_content))
                 self.add(f"{inner_at}.type", f"must be one of {allowed}, got {kind!r}")
                 continue
             if inner.get("cache_control") is not None:
