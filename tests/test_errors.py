@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import json
 import pkgutil
 from pathlib import Path
 
@@ -33,7 +34,9 @@ from statemachine_agent import (
     ScriptedModel,
     UnknownModelPriceError,
     docgen,
+    read_events,
 )
+from statemachine_agent.audit.chain import ENCRYPTED
 from statemachine_agent.models.base import ModelRequest
 from statemachine_agent.policy.pricing import DEFAULT_PRICE_TABLE
 from statemachine_agent.testing import FakeAnthropicServer, FakeError, replies
@@ -41,6 +44,7 @@ from statemachine_agent.testing import FakeAnthropicServer, FakeError, replies
 ROOT = Path(__file__).resolve().parents[1]
 
 PREVIOUS_BASES: dict[str, type[BaseException]] = {
+    "AuditFileError": ValueError,
     "BudgetSpentError": Exception,
     "CalculationError": ValueError,
     "CheckpointCorruptError": Exception,
@@ -300,6 +304,27 @@ class TestCaughtForReal:
                 model.complete(request)
         assert isinstance(caught.value, ModelError)
         assert caught.value.status == 401
+
+    @pytest.mark.parametrize(
+        "line",
+        ['{"event": "run.started"', '"just a string"', '{"no": "event"}', "\udcff"],
+        ids=["cut-off", "not-an-object", "not-an-event", "not-utf8"],
+    )
+    def test_an_unreadable_audit_file(self, tmp_path: Path, line: str) -> None:
+        """A malformed audit line is an `Error` naming the line, and a `ValueError` as before."""
+        path = tmp_path / "audit.jsonl"
+        path.write_bytes(line.encode("utf-8", "surrogateescape") + b"\n")
+        with pytest.raises(Error, match=r"audit\.jsonl:1: ") as caught:
+            read_events(path)
+        assert isinstance(caught.value, ValueError)
+
+    def test_an_encrypted_audit_file_without_its_key(self, tmp_path: Path) -> None:
+        """An encrypted audit line read without a key is an `Error` that says to give one."""
+        path = tmp_path / "audit.jsonl"
+        path.write_text(json.dumps({ENCRYPTED: "c2VhbGVk"}) + "\n", encoding="utf-8")
+        with pytest.raises(Error, match="no encryption key was given") as caught:
+            read_events(path)
+        assert isinstance(caught.value, ValueError)
 
     def test_an_unknown_model_price(self) -> None:
         """Asking the price of an unknown model is an `Error` and a `KeyError`."""

@@ -12,9 +12,15 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from statemachine_agent.audit.chain import AUDIT_CONTEXT, ENCRYPTED, AuditKey, continue_file
+from statemachine_agent.errors import Error
 
 if TYPE_CHECKING:
     from statemachine_agent.persistence.crypto import Cipher, EncryptionKey
+
+
+class AuditFileError(Error, ValueError):
+    """A line of an audit file cannot be read: not UTF-8, not JSON, not an event, or
+    encrypted with another key (or none given); the message names the file and line."""
 
 
 class AuditSink(Protocol):
@@ -137,8 +143,9 @@ def iter_numbered(
     path: Path, encryption_key: EncryptionKey | Sequence[EncryptionKey] | Cipher | None = None
 ) -> Iterator[tuple[int, dict[str, Any]]]:
     """The file's events with their line numbers, read as a stream (one line in memory at
-    a time). Any malformed line is a `ValueError` naming it: not UTF-8, not JSON, nested
-    too deeply, not an event, encrypted with another key (or altered)."""
+    a time). Any malformed line is an `AuditFileError` (a `ValueError`) naming it: not
+    UTF-8, not JSON, nested too deeply, not an event, encrypted with another key (or
+    altered)."""
     from statemachine_agent.persistence.crypto import Cipher, KeyMismatchError, cipher_for
 
     cipher = encryption_key if isinstance(encryption_key, Cipher) else cipher_for(encryption_key)
@@ -147,7 +154,7 @@ def iter_numbered(
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
-                raise ValueError(
+                raise AuditFileError(
                     f"{path}:{number}: not a UTF-8 text file (byte {exc.start + 1} of the line)"
                 ) from None
             if not line.strip():
@@ -158,10 +165,10 @@ def iter_numbered(
                     opened = _open_line(cipher, event[ENCRYPTED])
                 except KeyMismatchError as exc:
                     hint = "; give the key (--encryption-key)" if cipher is None else ""
-                    raise ValueError(f"{path}:{number}: {exc}{hint}") from None
+                    raise AuditFileError(f"{path}:{number}: {exc}{hint}") from None
                 event = _json_object(path, number, opened)
             if not isinstance(event.get("event"), str):
-                raise ValueError(f"{path}:{number}: not an audit event (no 'event' key)")
+                raise AuditFileError(f"{path}:{number}: not an audit event (no 'event' key)")
             yield number, event
 
 
@@ -177,11 +184,11 @@ def _json_object(path: Path, number: int, line: str) -> dict[str, Any]:
     try:
         event = json.loads(line)
     except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}:{number}: not a JSON object ({exc.msg})") from None
+        raise AuditFileError(f"{path}:{number}: not a JSON object ({exc.msg})") from None
     except RecursionError:
-        raise ValueError(f"{path}:{number}: nested too deeply to read") from None
+        raise AuditFileError(f"{path}:{number}: nested too deeply to read") from None
     if not isinstance(event, dict):
-        raise ValueError(f"{path}:{number}: not an audit event (not a JSON object)")
+        raise AuditFileError(f"{path}:{number}: not an audit event (not a JSON object)")
     return event
 
 
