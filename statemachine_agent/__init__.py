@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from statemachine_agent.agent import Agent, RunHandle
+    from statemachine_agent.agent.options import ResumeOptions, RunOptions, TurnOptions
     from statemachine_agent.agent.conversation import (
         Conversation,
         ConversationConflictError,
@@ -24,13 +25,7 @@ if TYPE_CHECKING:
     )
     from statemachine_agent.audit.config import Audit
     from statemachine_agent.audit.redact import Redactor
-    from statemachine_agent.audit.sink import (
-        AuditFileError,
-        AuditSink,
-        JsonlSink,
-        MemorySink,
-        read_events,
-    )
+    from statemachine_agent.audit.sink import AuditSink, JsonlSink, MemorySink, read_events
     from statemachine_agent.effects.base import Effects
     from statemachine_agent.errors import Error
     from statemachine_agent.machine.cancel import CancelToken
@@ -119,7 +114,6 @@ __all__ = [
     "ApprovalPolicy",
     "Approve",
     "Audit",
-    "AuditFileError",
     "AuditSink",
     "Budget",
     "CancelToken",
@@ -157,11 +151,13 @@ __all__ = [
     "ReflectionPolicy",
     "ReplayDivergenceError",
     "ReplayModel",
+    "ResumeOptions",
     "RunAlreadyEndedError",
     "RunContext",
     "RunHandle",
     "RunLockedError",
     "RunNotFoundError",
+    "RunOptions",
     "RunResult",
     "RunSummary",
     "SQLiteCheckpointer",
@@ -174,6 +170,7 @@ __all__ = [
     "ToolOutcome",
     "ToolRegistry",
     "TransitionRecord",
+    "TurnOptions",
     "UnknownModelPriceError",
     "Usage",
     "Verdict",

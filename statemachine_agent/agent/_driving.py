@@ -5,7 +5,8 @@ sub-agent's call in `subagents.drive_child`) ends in `drive`: the record, the
 agent's services and an emitter (the run's own audit file and sinks, or for a
 sub-agent its parent's trail) make the run's context, and the agent's engine
 drives it to an end state. A run id others may know is leased around that
-(`lease_for`, `release`), so only one worker drives it at a time.
+(`lease_for`, `release`), so only one worker drives it at a time. What of the
+agent they need comes as its `AgentParts`, never the `Agent` itself.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from statemachine_agent.phases.perceive import refresh_tools
 from statemachine_agent.stream.run import RunStream, StreamTap
 
 if TYPE_CHECKING:
-    from statemachine_agent.agent import Agent
+    from statemachine_agent.agent._parts import AgentParts
 
 
 async def lease_for(store: Checkpointer | None, run_id: str | None, wait: float) -> Lease | None:
@@ -45,7 +46,7 @@ def release(store: Checkpointer | None, lease: Lease | None) -> None:
 
 
 def stream(
-    agent: Agent,
+    parts: AgentParts,
     record: RunRecord,
     *,
     cancel: CancelToken | None,
@@ -54,25 +55,27 @@ def stream(
     host_deps: Any,
     writer: CheckpointWriter | None = None,
     leased: bool = False,
+    wait: float = 0.0,
 ) -> RunStream:
     """The run of `record` as a stream of its events (see `Agent.astream`); `leased`:
-    its id was given, so it is leased while driven, as `arun` leases it."""
+    its id was given, so it is leased while driven (waiting up to `wait` seconds for
+    the lease), as `arun` leases it."""
     token = cancel or CancelToken()
 
     async def start(tap: StreamTap, token: CancelToken) -> RunResult:
-        held = await lease_for(agent.checkpointer, record.run_id if leased else None, 0.0)
+        held = await lease_for(parts.checkpointer, record.run_id if leased else None, wait)
         try:
-            return await drive(agent, record, cancel=token, deadline=deadline, writer=writer,
+            return await drive(parts, record, cancel=token, deadline=deadline, writer=writer,
                                deps=deps, host_deps=host_deps, sinks=[tap],
                                lease=held)  # fmt: skip
         finally:
-            release(agent.checkpointer, held)
+            release(parts.checkpointer, held)
 
-    return RunStream(record.run_id, start, token, agent._redactor.redact)
+    return RunStream(record.run_id, start, token, parts.redactor.redact)
 
 
 async def drive(
-    agent: Agent,
+    parts: AgentParts,
     record: RunRecord,
     *,
     cancel: CancelToken | None,
@@ -93,33 +96,33 @@ async def drive(
         cancel.cancel_after(deadline)
     own: JsonlSink | None = None
     if parent is not None:
-        emitter = child_emitter(agent, record, parent, sinks)
+        emitter = child_emitter(parts, record, parent, sinks)
     else:
-        audit = agent.audit
+        audit = parts.audit
         every: list[AuditSink] = [*audit.sinks, *sinks]
         tracers = tracer_provider(audit.tracer_provider)
         if tracers is not None:
-            every.append(TraceSink(tracers, agent.name, provider_name(agent.model)))
+            every.append(TraceSink(tracers, parts.name, provider_name(parts.deps.model)))
         chain = Chain(audit.audit_key)
         run_file = audit.run_file(record.run_id)
         if run_file is not None:
             record.audit_path = run_file
-            cipher = getattr(agent.checkpointer, "cipher", None)
+            cipher = getattr(parts.checkpointer, "cipher", None)
             own = JsonlSink(run_file, audit_key=audit.audit_key, cipher=cipher)
             every.append(own)
             chain = own.chain
-        emitter = Emitter(record.run_id, sinks=every, redactor=agent._redactor,
+        emitter = Emitter(record.run_id, sinks=every, redactor=parts.redactor,
                           logger=audit.logger, metadata=record.metadata,
                           chain=chain)  # fmt: skip
     if lease is not None and lease.taken_over_from is not None:
         taken = {"previous_owner": lease.taken_over_from, "expired_at": lease.expired_at}
         emitter.emit("lease.taken_over", owner=lease.owner, **taken)
-    ctx = PhaseEnv(state=record, deps=deps or agent._deps, emitter=emitter,
+    ctx = PhaseEnv(state=record, deps=deps or parts.deps, emitter=emitter,
                        host_deps=host_deps)  # fmt: skip
     ctx.writer = writer
     try:
         await refresh_tools(ctx)  # a toolset's tools, before the run lists them
-        return await agent._engine.drive(
+        return await parts.engine.drive(
             ctx,
             cancel=cancel,
             resumed=writer is not None,
@@ -130,7 +133,7 @@ async def drive(
 
 
 def child_emitter(
-    agent: Agent, record: RunRecord, parent: PhaseEnv, extra: Sequence[AuditSink]
+    parts: AgentParts, record: RunRecord, parent: PhaseEnv, extra: Sequence[AuditSink]
 ) -> Emitter:
     """A sub-agent run's emitter: the parent's audit file, hash chain, sinks and logger
     (and this agent's own sinks), both agents' secrets masked, every event linked.
@@ -138,15 +141,15 @@ def child_emitter(
     run span a child of the parent's span of the tool call."""
     up = parent.emitter
     shared = [s for s in up.sinks if not isinstance(s, TraceSink)]
-    sinks = [*shared, *(s for s in (*agent.audit.sinks, *extra) if s not in shared)]
+    sinks = [*shared, *(s for s in (*parts.audit.sinks, *extra) if s not in shared)]
     call = record.parent["tool_use_id"] if record.parent is not None else ""
     traced = next((s for s in up.sinks if isinstance(s, TraceSink)), None)
     if traced is not None:
-        sinks.append(traced.for_child(agent.name, provider_name(agent.model), call))
+        sinks.append(traced.for_child(parts.name, provider_name(parts.deps.model), call))
     record.audit_path = parent.state.audit_path
     links = {"parent_run_id": parent.state.run_id}
     if record.parent is not None:
         links["parent_tool_use_id"] = call
-    return Emitter(record.run_id, sinks=sinks, redactor=up.redactor.joined(agent._redactor),
-                   logger=up.logger if up.logger_chosen else agent.audit.logger,
+    return Emitter(record.run_id, sinks=sinks, redactor=up.redactor.joined(parts.redactor),
+                   logger=up.logger if up.logger_chosen else parts.audit.logger,
                    metadata=record.metadata, chain=up.chain, links=links)  # fmt: skip

@@ -15,11 +15,11 @@ from statemachine_agent.persistence.codec import to_plain
 from statemachine_agent.unicode import repair
 
 if TYPE_CHECKING:
-    from statemachine_agent.agent import Agent
+    from statemachine_agent.agent._parts import AgentParts
 
 
 def new_record(
-    agent: Agent,
+    parts: AgentParts,
     prompt: str | Sequence[JSON],
     history: Sequence[JSON],
     run_id: str | None,
@@ -27,11 +27,11 @@ def new_record(
 ) -> RunRecord:
     """A fresh run's record (its id checked unused, its metadata checked JSON)."""
     run_id = check_run_id(run_id or new_run_id())
-    if agent.checkpointer is not None and agent.checkpointer.bodies(run_id):
+    if parts.checkpointer is not None and parts.checkpointer.bodies(run_id):
         raise ValueError(f"run id {run_id!r} is already stored; resume it or use a new id")
     return RunRecord(
         run_id=run_id,
-        settings=agent._settings,
+        settings=parts.settings,
         messages=with_prompt(history, prompt),
         turn=1 + sum(1 for m in history if is_user_prompt(m)),
         metadata=checked_metadata(metadata),

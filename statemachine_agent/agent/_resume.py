@@ -4,8 +4,9 @@ record loaded, the tools it needs checked, and the record set up to go on."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from statemachine_agent.agent._parts import AgentParts, deps_for
 from statemachine_agent.agent._records import checked_metadata
 from statemachine_agent.machine.ids import check_run_id
 from statemachine_agent.machine.phase_env import AgentDeps
@@ -15,12 +16,9 @@ from statemachine_agent.persistence.base import Checkpointer, load_record
 from statemachine_agent.persistence.delta import CheckpointWriter
 from statemachine_agent.policy.approval import Decision
 
-if TYPE_CHECKING:
-    from statemachine_agent.agent import Agent
-
 
 async def resumed(
-    agent: Agent,
+    parts: AgentParts,
     store: Checkpointer,
     run_id: str,
     *,
@@ -32,7 +30,7 @@ async def resumed(
     services it runs with; `metadata` is merged over the run's own."""
     extra = checked_metadata(metadata)
     record = load_record(store, check_run_id(run_id))
-    services = agent._deps_for(output_type)
+    services = deps_for(parts, output_type)
     if services.tools.toolsets:
         await services.tools.refresh()  # a toolset's tools count (its failures: drive's)
     check_tools(record, services.tools.names)

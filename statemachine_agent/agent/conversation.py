@@ -21,9 +21,10 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Unpack
 
 from statemachine_agent.agent import Agent, new_run_id
+from statemachine_agent.agent.options import Given, RunOptions, TurnOptions, documented, given
 from statemachine_agent.blocking import run_blocking
 from statemachine_agent.errors import Error
 from statemachine_agent.machine.cancel import CancelToken
@@ -147,70 +148,38 @@ class Conversation:
             return sum(turn.iterations for turn in self._stored)
         return sum(result.iterations for result in self.results)
 
-    def send(
-        self,
-        text: str,
-        *,
-        cancel: CancelToken | None = None,
-        deps: Any = None,
-        metadata: Mapping[str, Any] | None = None,
-        wait: float = 0.0,
-    ) -> RunResult:
-        """Run one turn (blocking)."""
-        return run_blocking(
-            self.asend(text, cancel=cancel, deps=deps, metadata=metadata, wait=wait)
-        )
+    @documented(TurnOptions)
+    def send(self, text: str, **options: Unpack[TurnOptions]) -> RunResult:
+        """Run one turn (blocking); see `asend`."""
+        given("Conversation.send", options, TurnOptions)
+        return run_blocking(self.asend(text, **options))
 
-    async def asend(
-        self,
-        text: str,
-        *,
-        cancel: CancelToken | None = None,
-        deps: Any = None,
-        metadata: Mapping[str, Any] | None = None,
-        wait: float = 0.0,
-    ) -> RunResult:
-        """Run one turn: the machine once, over the shared history; `deps` and `metadata`
-        are the turn's run's (see `Agent.arun`).
+    @documented(TurnOptions)
+    async def asend(self, text: str, **options: Unpack[TurnOptions]) -> RunResult:
+        """Run one turn: the machine once, over the shared history; the options are the
+        turn's run's (see `Agent.arun`), except `wait`, which is the conversation's.
 
         A stored conversation's turn holds the conversation's lease in the store: while
         another process takes a turn this raises `RunLockedError`, or waits up to `wait`
         seconds for that turn to end (and then carries on after it).
         """
-        async with self._leased(wait):
+        turn = given("Conversation.asend", options, TurnOptions)
+        async with self._leased(turn.wait):
             self._check_open()
-            result = await self.agent.arun(
-                text,
-                history=self.history,
-                cancel=cancel,
-                run_id=self._next_run_id(),
-                deps=deps,
-                metadata=metadata,
-            )
+            result = await self.agent.arun(text, **self._run_options(turn))
             return self._keep(result)
 
+    @documented(TurnOptions)
     async def astream(
-        self,
-        text: str,
-        *,
-        cancel: CancelToken | None = None,
-        deps: Any = None,
-        metadata: Mapping[str, Any] | None = None,
-        wait: float = 0.0,
+        self, text: str, **options: Unpack[TurnOptions]
     ) -> AsyncIterator[StreamEvent]:
         """Run one turn, handing out its events as `Agent.astream` does; the turn is kept
         (in `results` and the history) when its run ends, even if the stream is left early.
         Leased as `asend` is, for as long as the stream lasts."""
-        async with self._leased(wait):
+        turn = given("Conversation.astream", options, TurnOptions)
+        async with self._leased(turn.wait):
             self._check_open()
-            stream = self.agent.astream(
-                text,
-                history=self.history,
-                cancel=cancel,
-                run_id=self._next_run_id(),
-                deps=deps,
-                metadata=metadata,
-            )
+            stream = self.agent.astream(text, **self._run_options(turn))
             try:
                 async for event in stream:
                     yield event
@@ -219,21 +188,26 @@ class Conversation:
                 if stream.result is not None:
                     self._keep(stream.result)
 
-    def stream(
-        self,
-        text: str,
-        *,
-        cancel: CancelToken | None = None,
-        deps: Any = None,
-        metadata: Mapping[str, Any] | None = None,
-        wait: float = 0.0,
-    ) -> Iterator[StreamEvent]:
+    @documented(TurnOptions)
+    def stream(self, text: str, **options: Unpack[TurnOptions]) -> Iterator[StreamEvent]:
         """`astream` for synchronous code."""
-        token = cancel or CancelToken()
-        return iter_sync(
-            lambda: self.astream(text, cancel=token, deps=deps, metadata=metadata, wait=wait),
-            token,
-        )
+        given("Conversation.stream", options, TurnOptions)
+        token = options.get("cancel") or CancelToken()
+        turn: TurnOptions = {**options, "cancel": token}
+        return iter_sync(lambda: self.astream(text, **turn), token)
+
+    def _run_options(self, turn: Given) -> RunOptions:
+        """A turn's options as its run's: on the shared history, under the next turn's
+        run id (the conversation's `wait` is for its own lease, taken already)."""
+        return {
+            "history": self.history,
+            "run_id": self._next_run_id(),
+            "cancel": turn.cancel,
+            "deadline": turn.deadline,
+            "output_type": turn.output_type,
+            "deps": turn.deps,
+            "metadata": turn.metadata,
+        }
 
     def _check_open(self) -> None:
         self._catch_up()
@@ -248,25 +222,38 @@ class Conversation:
             return None
         return f"{self.conversation_id}.turn-{len(self._stored) + 1}-{new_run_id()[4:12]}"
 
+    @documented(TurnOptions)
     async def aresume(
-        self, decisions: Mapping[str, Decision], *, deps: Any = None, wait: float = 0.0
+        self, decisions: Mapping[str, Decision], **options: Unpack[TurnOptions]
     ) -> RunResult:
-        """Finish a turn that paused for approval (the agent needs a checkpointer);
-        leased as `asend` is."""
-        async with self._leased(wait):
+        """Finish a turn that paused for approval (the agent needs a checkpointer) with
+        `decisions` by pending tool_use id; leased as `asend` is."""
+        turn = given("Conversation.aresume", options, TurnOptions)
+        async with self._leased(turn.wait):
             self._catch_up()
             if self._paused is None:
                 raise ValueError("the last turn is not waiting for approval")
             paused = self._paused
             if self.results and self.results[-1].run_id == paused:
                 self.results.pop()
-            result = await self.agent.aresume(paused, decisions=decisions, deps=deps)
+            result = await self.agent.aresume(
+                paused,
+                decisions=decisions,
+                cancel=turn.cancel,
+                deadline=turn.deadline,
+                output_type=turn.output_type,
+                deps=turn.deps,
+                metadata=turn.metadata,
+            )
             return self._keep(result, resuming=True)
 
+    @documented(TurnOptions)
     def resume(
-        self, decisions: Mapping[str, Decision], *, deps: Any = None, wait: float = 0.0
+        self, decisions: Mapping[str, Decision], **options: Unpack[TurnOptions]
     ) -> RunResult:
-        return run_blocking(self.aresume(decisions, deps=deps, wait=wait))
+        """Finish a turn that paused for approval (blocking); see `aresume`."""
+        given("Conversation.resume", options, TurnOptions)
+        return run_blocking(self.aresume(decisions, **options))
 
     @contextlib.asynccontextmanager
     async def _leased(self, wait: float) -> AsyncIterator[None]:

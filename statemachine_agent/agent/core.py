@@ -7,18 +7,21 @@ machine. Agents hold no per-run state, so one agent serves many concurrent runs.
 This module is the public surface; the private modules beside it do the work:
 `_building` makes the constructor's arguments into services, `_records` a fresh
 run's record, `_resume` a stored run ready to go on, and `_driving` drives a run
-(its lease, its audit trail, the engine).
+(its lease, its audit trail, the engine). They take the agent's `AgentParts`
+(`_parts`), built once here, never the agent. The per-run keywords of every entry
+point are declared once, in `options` (`RunOptions`, `ResumeOptions`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import inspect
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from os import PathLike
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Any, Literal, Unpack
 
 from statemachine_agent.agent import _driving
 from statemachine_agent.agent._building import (
@@ -28,10 +31,12 @@ from statemachine_agent.agent._building import (
     tool_of,
     with_output,
 )
+from statemachine_agent.agent._parts import AgentParts, deps_for
 from statemachine_agent.agent._records import new_record
 from statemachine_agent.agent._records import new_run_id as new_run_id
 from statemachine_agent.agent._records import with_prompt as with_prompt
 from statemachine_agent.agent._resume import resumed
+from statemachine_agent.agent.options import ResumeOptions, RunOptions, documented, given
 from statemachine_agent.agent.subagents import agent_tool, may_pause
 from statemachine_agent.audit.config import Audit
 from statemachine_agent.audit.redact import Redactor
@@ -44,7 +49,7 @@ from statemachine_agent.machine.result import RunResult
 from statemachine_agent.machine.settings import RunSettings
 from statemachine_agent.models.base import DEFAULT_MAX_TOKENS, JSON, Model
 from statemachine_agent.persistence.base import Checkpointer, MemoryCheckpointer
-from statemachine_agent.policy.approval import ApprovalPolicy, Decision
+from statemachine_agent.policy.approval import ApprovalPolicy
 from statemachine_agent.policy.budget import Budget
 from statemachine_agent.policy.context import ContextPolicy
 from statemachine_agent.policy.pricing import DEFAULT_PRICES, Price, PriceTable
@@ -74,14 +79,8 @@ class Agent:
     """
 
     __slots__ = (
-        "_audit",
-        "_deps",
-        "_engine",
-        "_name",
-        "_outputs",
-        "_redactor",
+        "_parts",
         "_reflection",
-        "_settings",
         "_storage",
         "_tools_given",
         "_verify",
@@ -159,10 +158,8 @@ class Agent:
         if not isinstance(audit, Audit):
             audit = Audit(dir=audit)
         context = context or ContextPolicy()
-        self._name = name
         self._reflection = reflection
         self._verify = verify
-        self._audit = audit
         self._tools_given: ToolRegistry | tuple[Tool | Toolset, ...] = (
             tools if isinstance(tools, ToolRegistry) else tuple(tool_of(t) for t in tools)
         )
@@ -185,7 +182,6 @@ class Agent:
             settings = dataclasses.replace(
                 settings, has_verifier=True, max_rejections=verify.max_rejections
             )
-        self._settings = settings
         effects = effects or InProcessEffects()
         self._storage: Storage = storage_option(checkpointer)
         store = resolve_checkpointer(self._storage, tools=registry, effects=effects)
@@ -199,9 +195,7 @@ class Agent:
         secrets += [value for ts in registry.toolsets for value in getattr(ts, "secrets", ())]
         if isinstance(audit.audit_key, str):
             secrets.append(audit.audit_key)
-        self._redactor = Redactor(secrets=[*secrets, *audit.secrets], keys=audit.redact)
-        self._outputs: dict[int, AgentDeps] = {}
-        self._deps = AgentDeps(
+        services = AgentDeps(
             model=model,
             tools=registry,
             effects=effects,
@@ -218,18 +212,14 @@ class Agent:
             approval=approval,
             checkpointer=store,
         )
-        if output_type is not None:
-            self._deps = with_output(self._deps, output_type)
-        self._engine = Engine()
-
-    def _deps_for(self, output_type: Any) -> AgentDeps:
-        """The services of one run: the agent's own, or with a per-run output type."""
-        if output_type is None:
-            return self._deps
-        cached = self._outputs.get(id(output_type))
-        if cached is None or cached.output is None or cached.output.output_type is not output_type:
-            cached = self._outputs[id(output_type)] = with_output(self._deps, output_type)
-        return cached
+        self._parts = AgentParts(
+            name=name,
+            settings=settings,
+            deps=with_output(services, output_type) if output_type is not None else services,
+            audit=audit,
+            redactor=Redactor(secrets=[*secrets, *audit.secrets], keys=audit.redact),
+            engine=Engine(),
+        )
 
     def __repr__(self) -> str:
         return f"<Agent {self.name} model={self.model.name} tools={list(self.tools.names)}>"
@@ -296,33 +286,33 @@ class Agent:
     @property
     def model(self) -> Model:
         """The model of the loop (a model name given was built into an `AnthropicModel`)."""
-        return self._deps.model
+        return self._parts.deps.model
 
     @property
     def tools(self) -> ToolRegistry:
         """The tool registry the agent's runs call."""
-        return self._deps.tools
+        return self._parts.deps.tools
 
     @property
     def system(self) -> str | None:
         """The system prompt."""
-        return self._deps.system
+        return self._parts.deps.system
 
     @property
     def name(self) -> str:
-        return self._name
+        return self._parts.name
 
     @property
     def budget(self) -> Budget:
-        return self._settings.budget
+        return self._parts.settings.budget
 
     @property
     def stall(self) -> StallPolicy | None:
-        return self._settings.stall
+        return self._parts.settings.stall
 
     @property
     def context(self) -> ContextPolicy:
-        return self._settings.context
+        return self._parts.settings.context
 
     @property
     def reflection(self) -> ReflectionPolicy | None:
@@ -336,154 +326,106 @@ class Agent:
 
     @property
     def approval(self) -> ApprovalPolicy | None:
-        return self._deps.approval
+        return self._parts.deps.approval
 
     @property
     def checkpointer(self) -> Checkpointer | None:
         """The store the agent's runs are checkpointed to, if any (see `resolve_checkpointer`)."""
-        return self._deps.checkpointer
+        return self._parts.deps.checkpointer
 
     @property
     def audit(self) -> Audit:
-        return self._audit
+        return self._parts.audit
 
     @property
     def max_tokens(self) -> int:
-        return self._deps.max_tokens
+        return self._parts.deps.max_tokens
 
     @property
     def max_continuations(self) -> int:
-        return self._settings.max_continuations
+        return self._parts.settings.max_continuations
 
     @property
     def output_type(self) -> Any:
         """The type the answer must validate against (None: a free-text answer)."""
-        output = self._deps.output
+        output = self._parts.deps.output
         return output.output_type if output is not None else None
 
     @property
     def output_retries(self) -> int:
-        return self._settings.output_retries
+        return self._parts.settings.output_retries
 
     @property
     def fallback_models(self) -> tuple[Model, ...]:
-        return tuple(self._deps.fallback_models)
+        return tuple(self._parts.deps.fallback_models)
 
     @property
     def summary_model(self) -> Model | None:
         """The model that writes summaries, when not the agent's own model."""
-        return self._deps.summary_model
+        return self._parts.deps.summary_model
 
     @property
     def request_options(self) -> Mapping[str, Any]:
         """The extra request parameters, as a read-only mapping."""
-        return self._deps.request_options
+        return self._parts.deps.request_options
 
     @property
     def cache_prompt(self) -> bool:
-        return self._deps.cache_prompt
+        return self._parts.deps.cache_prompt
 
     @property
     def prices(self) -> Mapping[str, Price]:
         """Every model's price: the defaults with the agent's own merged over them."""
-        return self._deps.prices.prices
+        return self._parts.deps.prices.prices
 
     @property
     def effects(self) -> Effects:
         """How this agent's effects run (in-process unless a durable engine supplied them)."""
-        return self._deps.effects
+        return self._parts.deps.effects
 
     @property
     def models(self) -> list[Model]:
         """Every model the agent may call: the model, its fallbacks, the critic and the
         summary model."""
-        deps = self._deps
+        deps = self._parts.deps
         extra = [m for m in (deps.critic, deps.summary_model) if m is not None]
         return [deps.model, *deps.fallback_models, *extra]
 
     def redact(self, value: Any) -> Any:
         """`value` with this agent's secrets masked, exactly as in its audit events: for
         anything shown or written outside the audit trail (a CLI's answer, a UI)."""
-        return self._redactor.redact(value)
+        return self._parts.redactor.redact(value)
 
-    def run(
-        self,
-        prompt: str | Sequence[JSON],
-        *,
-        history: Sequence[JSON] = (),
-        cancel: CancelToken | None = None,
-        deadline: float | None = None,
-        run_id: str | None = None,
-        output_type: Any = None,
-        deps: Any = None,
-        metadata: Mapping[str, Any] | None = None,
-        wait: float = 0.0,
-    ) -> RunResult:
+    @documented(RunOptions)
+    def run(self, prompt: str | Sequence[JSON], **options: Unpack[RunOptions]) -> RunResult:
         """Run to an end state and return its result (blocking); see `arun`.
 
         Safe to call where an event loop is already running (a notebook, a
         framework callback): the run then happens on a worker thread.
         """
-        return run_blocking(
-            self.arun(
-                prompt,
-                history=history,
-                cancel=cancel,
-                deadline=deadline,
-                run_id=run_id,
-                output_type=output_type,
-                deps=deps,
-                metadata=metadata,
-                wait=wait,
-            )
-        )
+        given("Agent.run", options, RunOptions)
+        return run_blocking(self.arun(prompt, **options))
 
-    async def arun(
-        self,
-        prompt: str | Sequence[JSON],
-        *,
-        history: Sequence[JSON] = (),
-        cancel: CancelToken | None = None,
-        deadline: float | None = None,
-        run_id: str | None = None,
-        output_type: Any = None,
-        deps: Any = None,
-        metadata: Mapping[str, Any] | None = None,
-        wait: float = 0.0,
-    ) -> RunResult:
+    @documented(RunOptions)
+    async def arun(self, prompt: str | Sequence[JSON], **options: Unpack[RunOptions]) -> RunResult:
         """Run to an end state and return its result.
 
-        `deadline` (seconds) cancels the run at the next boundary once it passes;
-        `cancel` lets the host cancel it from anywhere (`CancelToken.cancel()`);
-        `output_type` overrides the agent's for this run (pass it to `resume` too).
-        `deps` (any object: a user, a database handle) reaches every tool that
-        declares a `RunContext` parameter, and is never stored; `metadata` (JSON:
-        tenant, user, request id) reaches them too, and is stamped on every audit
-        event and checkpoint of the run.
         A given `run_id` is leased in the store while the run is driven: another
         driver of it gets `RunLockedError`, or waits for the lease up to `wait` seconds.
         """
-        lease = await _driving.lease_for(self.checkpointer, run_id, wait)
+        opts = given("Agent.arun", options, RunOptions)
+        lease = await _driving.lease_for(self.checkpointer, opts.run_id, opts.wait)
         try:
-            record = new_record(self, prompt, history, run_id, metadata)
-            return await _driving.drive(self, record, cancel=cancel, deadline=deadline,
-                                        lease=lease, deps=self._deps_for(output_type),
-                                        host_deps=deps)  # fmt: skip
+            record = new_record(self._parts, prompt, opts.history, opts.run_id, opts.metadata)
+            return await _driving.drive(self._parts, record, cancel=opts.cancel,
+                                        deadline=opts.deadline, lease=lease,
+                                        deps=deps_for(self._parts, opts.output_type),
+                                        host_deps=opts.deps)  # fmt: skip
         finally:
             _driving.release(self.checkpointer, lease)
 
-    def astream(
-        self,
-        prompt: str | Sequence[JSON],
-        *,
-        history: Sequence[JSON] = (),
-        cancel: CancelToken | None = None,
-        deadline: float | None = None,
-        run_id: str | None = None,
-        output_type: Any = None,
-        deps: Any = None,
-        metadata: Mapping[str, Any] | None = None,
-    ) -> RunStream:
+    @documented(RunOptions)
+    def astream(self, prompt: str | Sequence[JSON], **options: Unpack[RunOptions]) -> RunStream:
         """Run, handing out its events as they happen (`async for event in agent.astream(...)`).
 
         The events (`statemachine_agent.stream.events`, JSON forms in docs/events.md):
@@ -492,81 +434,54 @@ class Agent:
         model's reply is streamed for this (an `AnthropicModel` streams whenever
         someone listens). Leaving the loop early cancels the run (it ends in
         `cancelled`, the streamed text kept); `async with` or `aclose()` waits for
-        that end. Takes `arun`'s arguments.
+        that end. Takes `arun`'s options.
         """
-        record = new_record(self, prompt, history, run_id, metadata)
-        return _driving.stream(self, record, cancel=cancel, deadline=deadline,
-                               leased=run_id is not None, deps=self._deps_for(output_type),
-                               host_deps=deps)  # fmt: skip
+        return self._streamer("Agent.astream", prompt, options)()
 
+    @documented(RunOptions)
     def stream(
-        self,
-        prompt: str | Sequence[JSON],
-        *,
-        history: Sequence[JSON] = (),
-        cancel: CancelToken | None = None,
-        deadline: float | None = None,
-        run_id: str | None = None,
-        output_type: Any = None,
-        deps: Any = None,
-        metadata: Mapping[str, Any] | None = None,
+        self, prompt: str | Sequence[JSON], **options: Unpack[RunOptions]
     ) -> Iterator[StreamEvent]:
         """`astream` for synchronous code: the run goes on a worker thread's event loop."""
-        record = new_record(self, prompt, history, run_id, metadata)
-        token = cancel or CancelToken()
-        services = self._deps_for(output_type)
+        token = options.get("cancel") or CancelToken()
         return iter_sync(
-            lambda: _driving.stream(self, record, cancel=token, deadline=deadline,
-                                    deps=services, host_deps=deps, leased=run_id is not None),
-            token,
-        )  # fmt: skip
+            self._streamer("Agent.stream", prompt, {**options, "cancel": token}), token
+        )
 
-    def start(
-        self,
-        prompt: str | Sequence[JSON],
-        *,
-        history: Sequence[JSON] = (),
-        run_id: str | None = None,
-        deps: Any = None,
-        metadata: Mapping[str, Any] | None = None,
-    ) -> RunHandle:
-        """Start a run as an asyncio task and return a handle to cancel or await it."""
-        handle_id = run_id or new_run_id()
-        token = CancelToken()
-        task = asyncio.ensure_future(
-            self.arun(prompt, history=history, cancel=token, run_id=handle_id, deps=deps,
-                      metadata=metadata)
-        )  # fmt: skip
+    def _streamer(
+        self, where: str, prompt: str | Sequence[JSON], options: Mapping[str, Any]
+    ) -> Callable[[], RunStream]:
+        """What makes the run's stream, its record made (and checked) already: a bad
+        option or id raises here, in the caller, before anything streams."""
+        opts = given(where, options, RunOptions)
+        record = new_record(self._parts, prompt, opts.history, opts.run_id, opts.metadata)
+        return functools.partial(_driving.stream, self._parts, record, cancel=opts.cancel,
+                                 deadline=opts.deadline, leased=opts.run_id is not None,
+                                 wait=opts.wait, deps=deps_for(self._parts, opts.output_type),
+                                 host_deps=opts.deps)  # fmt: skip
+
+    @documented(RunOptions)
+    def start(self, prompt: str | Sequence[JSON], **options: Unpack[RunOptions]) -> RunHandle:
+        """Start a run as an asyncio task and return a handle to cancel or await it.
+
+        The handle cancels through the run's `cancel` token (a new one unless given)
+        and names its `run_id` (a fresh one unless given).
+        """
+        opts = given("Agent.start", options, RunOptions)
+        handle_id = opts.run_id or new_run_id()
+        token = opts.cancel or CancelToken()
+        started: RunOptions = {**options, "run_id": handle_id, "cancel": token}
+        task = asyncio.ensure_future(self.arun(prompt, **started))
         return RunHandle(handle_id, token, task)
 
-    def resume(
-        self,
-        run_id: str,
-        *,
-        decisions: Mapping[str, Decision] | None = None,
-        cancel: CancelToken | None = None,
-        output_type: Any = None,
-        deps: Any = None,
-        metadata: Mapping[str, Any] | None = None,
-        wait: float = 0.0,
-    ) -> RunResult:
+    @documented(ResumeOptions)
+    def resume(self, run_id: str, **options: Unpack[ResumeOptions]) -> RunResult:
         """Continue a checkpointed run (blocking); see `aresume`."""
-        return run_blocking(
-            self.aresume(run_id, decisions=decisions, cancel=cancel, output_type=output_type,
-                         deps=deps, metadata=metadata, wait=wait)
-        )  # fmt: skip
+        given("Agent.resume", options, ResumeOptions)
+        return run_blocking(self.aresume(run_id, **options))
 
-    async def aresume(
-        self,
-        run_id: str,
-        *,
-        decisions: Mapping[str, Decision] | None = None,
-        cancel: CancelToken | None = None,
-        output_type: Any = None,
-        deps: Any = None,
-        metadata: Mapping[str, Any] | None = None,
-        wait: float = 0.0,
-    ) -> RunResult:
+    @documented(ResumeOptions)
+    async def aresume(self, run_id: str, **options: Unpack[ResumeOptions]) -> RunResult:
         """Continue a run from its last checkpoint, in this process or any other.
 
         A run that crashed carries on from the state it was in; one waiting for
@@ -579,23 +494,25 @@ class Agent:
         The run's lease is taken first: while another worker drives it this raises
         `RunLockedError` (or waits up to `wait` seconds for the lease).
         """
+        opts = given("Agent.aresume", options, ResumeOptions)
         if self.checkpointer is None:
             raise ValueError(
                 "resume needs a checkpointer: Agent(checkpointer=<a Checkpointer or a "
                 "SQLite file path>)"
             )
-        lease = await _driving.lease_for(self.checkpointer, run_id, wait)
+        lease = await _driving.lease_for(self.checkpointer, run_id, opts.wait)
         try:
             record, writer, services = await resumed(
-                self,
+                self._parts,
                 self.checkpointer,
                 run_id,
-                decisions=decisions or {},
-                output_type=output_type,
-                metadata=metadata,
+                decisions=opts.decisions or {},
+                output_type=opts.output_type,
+                metadata=opts.metadata,
             )
-            return await _driving.drive(self, record, cancel=cancel, writer=writer, lease=lease,
-                                        deps=services, host_deps=deps)  # fmt: skip
+            return await _driving.drive(self._parts, record, cancel=opts.cancel,
+                                        deadline=opts.deadline, writer=writer, lease=lease,
+                                        deps=services, host_deps=opts.deps)  # fmt: skip
         finally:
             _driving.release(self.checkpointer, lease)
 
