@@ -25,7 +25,13 @@ if TYPE_CHECKING:
     )
     from statemachine_agent.audit.config import Audit
     from statemachine_agent.audit.redact import Redactor
-    from statemachine_agent.audit.sink import AuditSink, JsonlSink, MemorySink, read_events
+    from statemachine_agent.audit.sink import (
+        AuditFileError,
+        AuditSink,
+        JsonlSink,
+        MemorySink,
+        read_events,
+    )
     from statemachine_agent.effects.base import Effects
     from statemachine_agent.errors import Error
     from statemachine_agent.machine.cancel import CancelToken
@@ -114,6 +120,7 @@ __all__ = [
     "ApprovalPolicy",
     "Approve",
     "Audit",
+    "AuditFileError",
     "AuditSink",
     "Budget",
     "CancelToken",

@@ -53,6 +53,7 @@ EXPORTED = [
     "ApprovalPolicy",
     "Approve",
     "Audit",
+    "AuditFileError",
     "AuditSink",
     "Budget",
     "CancelToken",
