@@ -78,9 +78,27 @@ class PhaseEnv:
     host_deps: Any = None
     """The host's `deps=` for this run, handed to tools in their `RunContext`; a live
     object of this process, never checkpointed."""
+    used_call_ids: set[str] | None = None
+    """The tool_use ids this run's calls have used, kept between acts (read from the
+    history once, at this process's first act; see `call_ids_used`)."""
     cancel: CancelToken | None = None
     """The run's `CancelToken`, if the host gave one (set by the engine): a sub-agent's
     run started by this one is cancelled with it."""
+
+    def call_ids_used(self) -> set[str]:
+        """The tool_use ids earlier calls of this run used: a call is known by its id (its
+        result, its idempotency key), so a reused one cannot be told apart. Read from the
+        history's results once per process, then kept up to date by `act`, so each act
+        costs what is new in it, not the whole history."""
+        if self.used_call_ids is None:
+            self.used_call_ids = {
+                str(block.get("tool_use_id"))
+                for message in self.state.messages
+                if message.get("role") == "user" and isinstance(message.get("content"), list)
+                for block in message["content"]
+                if isinstance(block, Mapping) and block.get("type") == "tool_result"
+            }
+        return self.used_call_ids
 
     @property
     def arrival(self) -> str | None:

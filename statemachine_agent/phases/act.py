@@ -55,12 +55,16 @@ class Act:
         run.approval.awaiting = []
         to_run: list[ToolCall] = []
         admitted: dict[str, int] = {}
+        used = ctx.call_ids_used()
+        seen: set[str] = set()
         for call in run.pending_calls:
+            reused = call.id in used or call.id in seen
+            seen.add(call.id)
             if call.id in done:
                 continue
             ctx.emitter.emit("tool.called", iteration=run.iteration, tool=call.name,
                              tool_use_id=call.id, input=call.input)  # fmt: skip
-            refusal = self._over_limit(ctx, call, admitted)
+            refusal = _reused(call) if reused else self._over_limit(ctx, call, admitted)
             if refusal is not None:
                 self._record(ctx, call, refusal)
                 continue
@@ -69,6 +73,7 @@ class Act:
                 self._record(ctx, call, cleared)
             elif cleared is not None:
                 to_run.append(cleared)
+        used.update(seen)
         keyed = [dataclasses.replace(c, idempotency_key=f"{run.run_id}:{c.id}") for c in to_run]
         started = deps.effects.monotonic()
         metadata = MappingProxyType(copy.deepcopy(run.metadata))
@@ -226,3 +231,22 @@ class Act:
         run.outcomes.append(dataclasses.replace(outcome, data=None))
         run.approval.decisions.pop(call.id, None)  # answered: stored with its outcome
         ctx.checkpoint()
+
+
+def _reused(call: ToolCall) -> ToolOutcome:
+    """The answer to a call whose tool_use id an earlier call of the run already used.
+
+    Its idempotency key (`<run_id>:<tool_use_id>`) would be the earlier call's, so a
+    tool that deduplicates on it, as the docs advise, would drop it and report
+    success; it is refused instead, and the model may simply call again.
+    """
+    return ToolOutcome(
+        tool_use_id=call.id,
+        name=call.name,
+        content=(
+            f"Not run: this call reused the id {call.id!r} of an earlier call in this run, "
+            "so it could not be told apart from it. If it is still needed, call the tool again."
+        ),
+        is_error=True,
+        error_kind="not_run",
+    )
