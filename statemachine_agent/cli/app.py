@@ -13,7 +13,9 @@ inside them, so `statemachine-agent --help` loads none of it.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -49,12 +51,15 @@ if TYPE_CHECKING:
 
 def console_renderer(_logger: Any, _method: str, event: dict[str, Any]) -> str:
     """Show transitions and tool calls as they happen (a sub-agent's indented under its
-    parent's, with its run id); drop the rest."""
+    parent's, with its run id); drop the rest. Tool names, inputs and results come from
+    the model and the tools: no control character of theirs reaches the terminal."""
+    from statemachine_agent.report.fmt import printable
+
     if event.get("parent_run_id") is None:
-        return _console_line(event)
+        return printable(_console_line(event))
     if event.get("event") in ("run.started", "run.resumed"):
-        return f"{'':13}↳ sub-agent run {event['run_id']}"
-    return "    " + _console_line(event)
+        return printable(f"{'':13}↳ sub-agent run {event['run_id']}")
+    return printable("    " + _console_line(event))
 
 
 def _console_line(event: dict[str, Any]) -> str:
@@ -97,9 +102,12 @@ def make_logger(fmt: str, stream: TextIO) -> Any:
 
 
 def _summary(result: RunResult, stream: TextIO, redact: Callable[[Any], Any]) -> None:
-    """The run's outcome for the terminal, with the agent's secrets masked as in its audit."""
-    print(f"\nAnswer:     {redact(result.text) or '(none)'}", file=stream)
-    print(f"End state:  {result.end_state} ({redact(result.reason)})", file=stream)
+    """The run's outcome for the terminal, with the agent's secrets masked as in its audit
+    (and the model's control characters replaced: its text is shown, never obeyed)."""
+    from statemachine_agent.report.fmt import printable
+
+    print(f"\nAnswer:     {printable(redact(result.text) or '(none)')}", file=stream)
+    print(f"End state:  {result.end_state} ({printable(redact(result.reason))})", file=stream)
     print(
         f"Usage:      {_calls(result)}, {result.usage.total_tokens} tokens, ${result.cost_usd:.4f}",
         file=stream,
@@ -127,15 +135,59 @@ def _text_stream(args: argparse.Namespace) -> TextIO:
 
 
 def _usage_error(message: str) -> int:
-    print(f"statemachine-agent: error: {message}", file=sys.stderr)
+    from statemachine_agent.report.fmt import printable
+
+    print(f"statemachine-agent: error: {printable(message)}", file=sys.stderr)
     return 2
 
 
-def _write(path: str, text: str) -> None:
+def _write(path: str, data: bytes, *, source: str | None, default: bool = False) -> None:
+    """Write an output file without ever destroying evidence.
+
+    The output may not be the input (`report run.html`, `report A -o A`, or a link to
+    it), a default name (one the user did not type) that is a symbolic link is
+    refused rather than followed, and the bytes go to a temporary file in the same
+    folder that `os.replace` moves into place: a failed write leaves what was there,
+    and a link given as `-o` is replaced, never written through.
+    """
+    target = Path(path)
+    if source is not None and _same_file(target, Path(source)):
+        raise UsageError(f"{path} is the input file {source}: give -o another file")
+    if default and target.is_symlink():
+        raise UsageError(f"{path} is a symbolic link, not followed for a default output: give -o")
     try:
-        Path(path).write_text(text, encoding="utf-8")
+        handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
+        try:
+            with os.fdopen(handle, "wb") as out:
+                out.write(data)
+            os.replace(temporary, target)
+        except BaseException:
+            Path(temporary).unlink(missing_ok=True)
+            raise
     except OSError as exc:
         raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from exc
+
+
+def _same_file(one: Path, other: Path) -> bool:
+    """Whether two paths name one file (resolved through links, or the same inode)."""
+    if one.resolve() == other.resolve():
+        return True
+    try:
+        return os.path.samefile(one, other)
+    except OSError:
+        return False
+
+
+def _whole_transitions(events: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """The events, a `transition.fired` lacking its source, trigger or destination
+    being an error (named with its line by `use_events`) instead of drawn blank."""
+    for event in events:
+        if event.get("event") == "transition.fired":
+            for key in ("source", "trigger", "dest"):
+                value = event.get(key)
+                if not isinstance(value, str) or not value:
+                    raise ValueError(f"a transition.fired event without its {key}")
+        yield event
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -262,14 +314,16 @@ def cmd_report(args: argparse.Namespace) -> int:
         page = use_events(
             args.audit,
             stream_numbered(args.audit, cipher_of(args)),
-            lambda events: report.html(events, source=args.audit, verification=verification),
+            lambda events: report.html(
+                _whole_transitions(events), source=args.audit, verification=verification
+            ),
             named=(report.ReportError,),
             fold=fold_event,
         )
     except report.ReportError as exc:
         raise UsageError(f"{args.audit}: {exc}") from exc
     output = args.output or str(Path(args.audit).with_suffix(".html"))
-    _write(output, page)
+    _write(output, page.encode("utf-8"), source=args.audit, default=not args.output)
     print(f"Report:     {output}")
     return 0
 
@@ -281,7 +335,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     from statemachine_agent.report.fold import fold_event
 
     def show(events: Iterator[dict[str, Any]], stream: TextIO) -> None:
-        report.print_inspect(report.build(events), console_for(stream), _verify(args))
+        report.print_inspect(
+            report.build(_whole_transitions(events)), console_for(stream), _verify(args)
+        )
 
     try:
         use_events(
@@ -315,8 +371,10 @@ def _verify(args: argparse.Namespace) -> Verification:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     """Check an audit file's hash chain: exit 0 when intact, else name the first break."""
+    from statemachine_agent.report.fmt import printable
+
     verification = _verify(args)
-    print(f"{args.audit}: {verification.summary}")
+    print(printable(f"{args.audit}: {verification.summary}"))
     return verification.exit_code
 
 
@@ -350,10 +408,7 @@ def cmd_diagram(args: argparse.Namespace) -> int:
     except diagrams.GraphvizError as exc:
         raise UsageError(str(exc)) from exc
     if args.output:
-        try:
-            Path(args.output).write_bytes(data)
-        except OSError as exc:
-            raise UsageError(f"cannot write {args.output}: {exc.strerror or exc}") from exc
+        _write(args.output, data, source=args.run)
     else:
         sys.stdout.write(data.decode("utf-8"))
     return 0

@@ -17,6 +17,7 @@ from typing import TextIO
 from statemachine_agent.agent.conversation import Conversation
 from statemachine_agent.machine.cancel import CancelToken
 from statemachine_agent.persistence.lease import RunLockedError
+from statemachine_agent.report.fmt import printable
 
 PROMPT = "you> "
 
@@ -54,9 +55,10 @@ def repl(conversation: Conversation, read: Callable[[str], str], out: TextIO) ->
         finally:
             signal.signal(signal.SIGINT, previous)
         if result.text:
-            print(f"assistant> {conversation.agent.redact(result.text)}", file=out)
+            print(f"assistant> {printable(conversation.agent.redact(result.text))}", file=out)
         if not result.ok:
-            print(f"[{result.end_state}: {conversation.agent.redact(result.reason)}]", file=out)
+            reason = printable(conversation.agent.redact(result.reason))
+            print(f"[{result.end_state}: {reason}]", file=out)
         print(
             f"[turn {conversation.turns}, {result.iterations} model calls, ${result.cost_usd:.4f}]",
             file=out,

@@ -32,6 +32,7 @@ from statemachine_agent.cli.common import (
 def cmd_replay(args: argparse.Namespace) -> int:
     """Re-run the recorded run offline; exit 0 when it took the identical path, else 1."""
     from statemachine_agent.replay import ReplayError, replay_events
+    from statemachine_agent.report.fmt import printable
 
     try:
         report = use_events(
@@ -44,12 +45,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from exc
     for index, (source, trigger, dest, guards) in enumerate(report.replayed, start=1):
         verdicts = " ".join(f"{name}={'T' if value else 'F'}" for name, value in guards)
-        print(f"  #{index:<3} {source:>9} --{trigger}--> {dest}  {verdicts}")
-    print(f"\nEnd state:  {report.result.end_state} ({report.result.reason})")
+        print(printable(f"  #{index:<3} {source:>9} --{trigger}--> {dest}  {verdicts}"))
+    print(printable(f"\nEnd state:  {report.result.end_state} ({report.result.reason})"))
     if report.matched:
         print(f"Replay:     matched ({len(report.recorded)} transitions, identical guards)")
         return 0
-    print(f"Replay:     DIVERGED at {report.difference}")
+    print(printable(f"Replay:     DIVERGED at {report.difference}"))
     return 1
 
 

@@ -3,6 +3,11 @@
 A table a person can scan in a terminal or paste in a ticket: per iteration the
 transitions that fired (with the guards of the row that chose each), the tool
 calls and how they ended, the tokens and the cost; then the totals and the end.
+
+Everything in it came from an audit file, which anyone can edit, so every cell and
+line is a `rich.text.Text` (never a `str`, which rich would parse for `[style]`
+markup) whose characters went through `fmt.printable` (no escape sequence reaches
+the terminal): `_text` and `_row` are the only ways in.
 """
 
 from __future__ import annotations
@@ -15,15 +20,29 @@ from rich.text import Text
 
 from statemachine_agent.audit.chain import Verification
 from statemachine_agent.report.build import Iteration, Report, SummaryStep, Tokens, describe_calls
-from statemachine_agent.report.fmt import count, usd
+from statemachine_agent.report.fmt import count, printable, usd
 
 NOTE_WIDTH = 72
 """Notes (a stall, a compaction, ...) are cut to this: the HTML report has them whole."""
 
 
+def _text(value: str | Text, style: str = "") -> Text:
+    """`value` as plain text for the terminal: no markup read, no control characters.
+
+    `printable` keeps the length, so the styles of a `Text` stay where they were."""
+    if isinstance(value, Text):
+        value.plain = printable(value.plain)
+        return value
+    return Text(printable(value), style=style)
+
+
+def _row(table: Table, *cells: str | Text, style: str | None = None) -> None:
+    table.add_row(*(_text(cell) for cell in cells), style=style)
+
+
 def inspect_table(report: Report) -> Table:
     """One row per iteration (and one for transitions before the first model call), then totals."""
-    table = Table(title=f"Run {report.run_id}", title_justify="left", show_lines=True)
+    table = Table(title=_text(f"Run {report.run_id}"), title_justify="left", show_lines=True)
     table.add_column("iter", justify="right", no_wrap=True)
     table.add_column("transitions (guards of the row that fired)", ratio=1)
     table.add_column("stop", no_wrap=True)
@@ -31,21 +50,22 @@ def inspect_table(report: Report) -> Table:
     table.add_column("tokens (in / out)", justify="right", no_wrap=True)
     table.add_column("cost", justify="right", no_wrap=True)
     if report.preamble is not None:
-        table.add_row("-", *_cells(report.preamble))
+        _row(table, "-", *_cells(report.preamble))
     gap = report.gap
     for index, iteration in enumerate(report.iterations):
         if gap is not None and index == gap.at:
-            table.add_row("…", Text(f"{gap.count:,} iterations left out", style="dim"))
-        table.add_row(str(iteration.number), *_cells(iteration))
+            _row(table, "…", Text(f"{gap.count:,} iterations left out", style="dim"))
+        _row(table, str(iteration.number), *_cells(iteration))
         for step in report.summaries:
             if step.after_iteration == iteration.number:
-                table.add_row("S", *_summary_cells(step))
+                _row(table, "S", *_summary_cells(step))
     tokens = report.tokens
     failed = report.failed_tool_calls
     tools = Text(f"{report.tool_calls} calls")
     if failed:
         tools.append(f", {failed} failed", style="red")
-    table.add_row(
+    _row(
+        table,
         Text("total", style="bold"),
         f"{report.transitions_fired} transitions",
         describe_calls(report.calls),
@@ -128,17 +148,17 @@ def print_inspect(
     _print_left_out(report, console)
     if verification is not None:
         style = "green" if verification.ok else "bold red"
-        console.print(Text(f"Audit:      {verification.summary}", style))
+        console.print(_text(f"Audit:      {verification.summary}", style))
     _print_outcome(report, console)
     for iteration, tool in report.children:
         child = tool.child
         if child is None:  # pragma: no cover - `children` holds only calls with a child
             continue
         console.print(
-            Text(
+            _text(
                 f"\n↳ Sub-agent {child.agent or tool.tool}, started by call {tool.tool_use_id} "
                 f"in iteration {iteration.number}:",
-                style="bold cyan",
+                "bold cyan",
             )
         )
         print_inspect(child, console)
@@ -147,11 +167,11 @@ def print_inspect(
 def _print_left_out(report: Report, console: Console) -> None:
     """What the table leaves out, each as a sentence (the table's cells only count it)."""
     if report.gap is not None:
-        console.print(Text(report.gap.note, style="dim"))
+        console.print(_text(report.gap.note, "dim"))
     parts = [report.preamble] if report.preamble is not None else []
     for iteration in (*parts, *report.iterations):
         for line in iteration.left_out.lines():
-            console.print(Text(f"Iteration {iteration.number}: {line}", style="dim"))
+            console.print(_text(f"Iteration {iteration.number}: {line}", "dim"))
 
 
 def _print_outcome(report: Report, console: Console) -> None:
@@ -163,6 +183,6 @@ def _print_outcome(report: Report, console: Console) -> None:
     line = Text("End state:  ")
     line.append(outcome.end_state, style=f"bold {style}")
     line.append(f" ({outcome.reason})")
-    console.print(line)
+    console.print(_text(line))
     if outcome.text:
-        console.print(Text(f"Answer:     {outcome.text}"))
+        console.print(_text(f"Answer:     {outcome.text}"))

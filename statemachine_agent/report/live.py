@@ -16,9 +16,10 @@ from typing import Any
 from rich.console import Console
 from rich.live import Live
 from rich.spinner import Spinner
+from rich.text import Text
 
 from statemachine_agent.report.build import Tokens
-from statemachine_agent.report.fmt import count, usd
+from statemachine_agent.report.fmt import count, printable, usd
 
 
 class RunProgress:
@@ -86,6 +87,11 @@ class RunProgress:
             parts.append(self.activity)
         return " · ".join(parts)
 
+    def text(self) -> Text:
+        """`line()` as the terminal shows it: plain text (a tool named `[/x]` is a name, not
+        rich markup) without the control characters a model or tool may have sent."""
+        return Text(printable(self.line()), style="cyan")
+
 
 @contextmanager
 def live_status(progress: RunProgress, console: Console) -> Iterator[bool]:
@@ -98,7 +104,7 @@ def live_status(progress: RunProgress, console: Console) -> Iterator[bool]:
     if not console.is_terminal:
         yield False
         return
-    spinner = Spinner("dots", text=progress.line(), style="cyan")
+    spinner = Spinner("dots", text=progress.text(), style="cyan")
     with Live(
         spinner,
         console=console,
@@ -109,7 +115,7 @@ def live_status(progress: RunProgress, console: Console) -> Iterator[bool]:
     ) as live:
 
         def show(current: RunProgress) -> None:
-            spinner.update(text=current.line())
+            spinner.update(text=current.text())
             live.refresh()
 
         progress.on_change = show
