@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from statemachine_agent.effects.base import Effects
     from statemachine_agent.errors import Error
     from statemachine_agent.machine.cancel import CancelToken
+    from statemachine_agent.machine.ids import InvalidIdError
     from statemachine_agent.machine.result import RunResult
     from statemachine_agent.machine.resume import MissingToolsError, RunAlreadyEndedError
     from statemachine_agent.machine.run import TransitionRecord
@@ -137,6 +138,7 @@ __all__ = [
     "Edit",
     "Effects",
     "Error",
+    "InvalidIdError",
     "JsonlSink",
     "LeasingCheckpointer",
     "MCPToolset",

@@ -52,6 +52,7 @@ PREVIOUS_BASES: dict[str, type[BaseException]] = {
     "ConversationEndedError": RuntimeError,
     "GoldenFileError": ValueError,
     "GraphvizError": RuntimeError,
+    "InvalidIdError": ValueError,
     "GraphvizNotFoundError": RuntimeError,
     "InvalidRequestError": ValueError,
     "KeyMismatchError": ValueError,
@@ -280,6 +281,17 @@ class TestCaughtForReal:
         with pytest.raises(Error) as caught:
             agent.resume(run_id)
         assert isinstance(caught.value, KeyError)
+
+    @given(st.text(max_size=12))
+    def test_resume_of_any_id_at_all(self, run_id: str) -> None:
+        """Whatever the id, well-formed or not (a path, a reserved prefix, a newline),
+        resuming it raises an `Error`: not found, or an `InvalidIdError` naming the rule."""
+        agent = Agent(
+            ScriptedModel([replies.text("never sent")]), checkpointer=MemoryCheckpointer()
+        )
+        with pytest.raises(Error) as caught:
+            agent.resume(run_id)
+        assert isinstance(caught.value, KeyError | ValueError)
 
     def test_anthropic_model_without_a_key(self, monkeypatch: pytest.MonkeyPatch) -> None:
         """No key anywhere: caught as `Error`, and as `ValueError` as before."""

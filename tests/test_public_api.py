@@ -70,6 +70,7 @@ EXPORTED = [
     "Edit",
     "Effects",
     "Error",
+    "InvalidIdError",
     "JsonlSink",
     "LeasingCheckpointer",
     "MCPToolset",

@@ -12,6 +12,13 @@ from __future__ import annotations
 
 import re
 
+from statemachine_agent.errors import Error
+
+
+class InvalidIdError(Error, ValueError):
+    """A run id or conversation id breaks the rule for ids (the message names it)."""
+
+
 RUN_ID = re.compile(r"[A-Za-z0-9_.-]{1,200}")
 """A run id: 1-200 letters, digits, `_`, `-` or `.` (not `.` or `..` alone). A
 conversation's turns (`<conversation id>.turn-N-...`) and a sub-agent's runs
@@ -26,16 +33,16 @@ RESERVED_PREFIXES = ("conversation:",)
 
 
 def check_run_id(run_id: object) -> str:
-    """`run_id` if it is a valid run id; else a `ValueError` naming the rule it breaks."""
+    """`run_id` if it is a valid run id; else an `InvalidIdError` naming the rule it breaks."""
     if not isinstance(run_id, str):
-        raise ValueError(f"run_id must be a string, got {type(run_id).__name__}")
+        raise InvalidIdError(f"run_id must be a string, got {type(run_id).__name__}")
     for prefix in RESERVED_PREFIXES:
         if run_id.startswith(prefix):
-            raise ValueError(
+            raise InvalidIdError(
                 f"run_id {run_id!r} starts with {prefix!r}, a prefix reserved for the store"
             )
     if not RUN_ID.fullmatch(run_id) or run_id in (".", ".."):
-        raise ValueError(
+        raise InvalidIdError(
             f"run_id {run_id!r} is not 1-200 letters, digits, '_', '-' or '.' "
             "(no path separators, not '.' or '..')"
         )
@@ -43,9 +50,9 @@ def check_run_id(run_id: object) -> str:
 
 
 def check_conversation_id(conversation_id: object) -> str:
-    """`conversation_id` if it is valid; else a `ValueError` naming the rule."""
+    """`conversation_id` if it is valid; else an `InvalidIdError` naming the rule."""
     if not isinstance(conversation_id, str) or not CONVERSATION_ID.fullmatch(conversation_id):
-        raise ValueError(
+        raise InvalidIdError(
             f"conversation_id {conversation_id!r} is not 1-100 letters, digits, '_' or '-'"
         )
     return conversation_id
