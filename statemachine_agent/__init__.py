@@ -51,6 +51,7 @@ if TYPE_CHECKING:
         MemoryCheckpointer,
         RunNotFoundError,
         RunSummary,
+        UnsafeStoreError,
         load_record,
     )
     from statemachine_agent.persistence.codec import SerializationError
@@ -181,6 +182,7 @@ __all__ = [
     "TransitionRecord",
     "TurnOptions",
     "UnknownModelPriceError",
+    "UnsafeStoreError",
     "Usage",
     "Verdict",
     "Verifier",

@@ -76,6 +76,7 @@ PREVIOUS_BASES: dict[str, type[BaseException]] = {
     "ToolsetError": Exception,
     "UnknownAgentError": LookupError,
     "UnknownModelPriceError": KeyError,
+    "UnsafeStoreError": PermissionError,
     "UsageError": Exception,
 }
 """Every `Error` subclass of the package, with the built-in `except` that caught it

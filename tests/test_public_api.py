@@ -113,6 +113,7 @@ EXPORTED = [
     "TransitionRecord",
     "TurnOptions",
     "UnknownModelPriceError",
+    "UnsafeStoreError",
     "Usage",
     "Verdict",
     "Verifier",

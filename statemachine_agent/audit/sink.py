@@ -7,12 +7,14 @@ passed per agent, so writing an audit file needs no global logging config.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from statemachine_agent.audit.chain import AUDIT_CONTEXT, ENCRYPTED, AuditKey, continue_file
 from statemachine_agent.errors import Error
+from statemachine_agent.private_files import make_private_dirs, open_private
 
 if TYPE_CHECKING:
     from statemachine_agent.persistence.crypto import Cipher, EncryptionKey
@@ -47,6 +49,8 @@ class JsonlSink:
     Every line is sealed into the file's hash chain (`audit/chain.py`): `prev` is the
     digest of the line before, and `run.ended` carries the digest of the whole file.
     A file that already has lines (a resumed run) is continued, not restarted.
+    A new file is created 0600 and its missing folders 0700 (`private_files`): the
+    trail is the user's alone, whatever the process umask; an existing one keeps its mode.
     `audit_key` makes every digest an HMAC, so only the key's holder can forge them.
 
     With an encryption key (or the `cipher` of an encrypted store, which the agent
@@ -71,9 +75,10 @@ class JsonlSink:
         self.path = path
         self.batch = batch
         self._pending: list[str] = []
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_private_dirs(path.parent)
         self.chain = continue_file(path, audit_key, cipher or cipher_for(encryption_key))
-        self._file: IO[str] | None = path.open("a", encoding="utf-8")
+        handle = open_private(path, os.O_WRONLY | os.O_APPEND)
+        self._file: IO[str] | None = os.fdopen(handle, "a", encoding="utf-8")
         if self._file.tell() and not _ends_with_newline(path):
             self._file.write("\n")  # a line cut short by a crash stays a line of its own
 

@@ -55,10 +55,13 @@ def claude(name: str) -> AnthropicModel:
 
 def ensure_audit_dir(args: argparse.Namespace) -> Path:
     """The audit directory, created now so that an unusable one is a usage error
-    before the run starts (and, for `run`, before any money is spent)."""
+    before the run starts (and, for `run`, before any money is spent). Missing folders
+    are made 0700, like the audit's own (`private_files`)."""
+    from statemachine_agent.private_files import make_private_dirs
+
     directory = Path(args.audit_dir)
     try:
-        directory.mkdir(parents=True, exist_ok=True)
+        make_private_dirs(directory)
     except OSError as exc:
         raise UsageError(f"cannot use --audit-dir {directory}: {exc.strerror or exc}") from exc
     return directory

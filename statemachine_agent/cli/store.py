@@ -27,8 +27,13 @@ def duration(text: str) -> float:
 
 
 def open_store(args: argparse.Namespace) -> Any:
-    """The store `--store` names; a missing SQLite file is an error, not a new store."""
-    from statemachine_agent.persistence import PostgresCheckpointer, SQLiteCheckpointer
+    """The store `--store` names; a missing SQLite file is an error, not a new store, and
+    one another user owns or others may write is refused (`UnsafeStoreError`)."""
+    from statemachine_agent.persistence import (
+        PostgresCheckpointer,
+        SQLiteCheckpointer,
+        UnsafeStoreError,
+    )
     from statemachine_agent.persistence.postgres import masked
 
     target: str = args.store
@@ -40,6 +45,8 @@ def open_store(args: argparse.Namespace) -> Any:
         if not Path(target).is_file():
             raise UsageError(f"no store at {shown}")
         return SQLiteCheckpointer(target, encryption_key=keys)
+    except UnsafeStoreError as exc:  # it names the file, its owner and mode, and the fix
+        raise UsageError(_one_line(str(exc))) from None
     except (ImportError, ValueError, OSError) as exc:
         raise UsageError(
             _one_line(f"cannot open store {shown}: {masked(str(exc), target)}")

@@ -6,6 +6,7 @@ from statemachine_agent.persistence.base import (
     MemoryCheckpointer,
     RunNotFoundError,
     RunSummary,
+    UnsafeStoreError,
     load_record,
 )
 from statemachine_agent.persistence.codec import SerializationError
@@ -26,6 +27,7 @@ __all__ = [
     "RunSummary",
     "SQLiteCheckpointer",
     "SerializationError",
+    "UnsafeStoreError",
     "generate_key",
     "load_record",
 ]

@@ -69,6 +69,17 @@ class RunNotFoundError(Error, KeyError):
     """No checkpoint exists for the run id."""
 
 
+class UnsafeStoreError(Error, PermissionError):
+    """An existing store file (or its WAL/SHM file) belongs to another user or is
+    writable by group or others, so someone else could rewrite the runs this process
+    resumes; the message names the file, its owner and mode, and the fix (`chmod 600`).
+
+    A `PermissionError`, so code that already turns a store's `OSError` into a clear
+    message (the CLI does) keeps doing so. `allow_unsafe_permissions=True` on the
+    store uses such a file anyway, with a `UserWarning`.
+    """
+
+
 class CheckpointCorruptError(Error):
     """A store cannot be read as it was written: named by store, run and checkpoint number.
 

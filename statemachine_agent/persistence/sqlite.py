@@ -14,16 +14,23 @@ and the append it guards are one step for every process sharing the file.
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
 import time
+import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal
 
-from statemachine_agent.persistence.base import DEFAULT_LEASE_SECONDS, CheckpointCorruptError
+from statemachine_agent.persistence.base import (
+    DEFAULT_LEASE_SECONDS,
+    CheckpointCorruptError,
+    UnsafeStoreError,
+)
 from statemachine_agent.persistence.crypto import EncryptionKey
 from statemachine_agent.persistence.sql import SQLCheckpointer, _transient
+from statemachine_agent.private_files import make_private_dirs, open_private, unsafe_reason
 
 WAL_PAGES = 256
 """Pages (4 KiB) the WAL may hold before it is checkpointed into the database."""
@@ -38,6 +45,49 @@ switching a new file to WAL, which needs the file to itself) can be refused with
 the other process done."""
 
 
+SIDE_FILES = ("-wal", "-shm")
+"""The suffixes of the files SQLite keeps beside the database in WAL mode."""
+
+
+def _prepare_files(path: Path, allow_unsafe: bool) -> None:
+    """Create the store file 0600 (its missing folders 0700) before SQLite opens it, or
+    check the one that exists, and its WAL/SHM files: SQLite gives those the database
+    file's mode when it creates them, so a private file keeps its whole store private.
+
+    The file is opened (read-only: a read-only store stays usable) and checked through
+    its descriptor, so what is checked is what was opened, a symbolic link's target
+    included. One belonging to another user, or writable by group or others, is
+    refused (`UnsafeStoreError`): whoever can write it can rewrite the runs this
+    process resumes and the tool calls it repeats. Its mode is never changed here: the
+    file is the user's, and the fix is theirs to make.
+    """
+    make_private_dirs(path.parent)
+    handle = open_private(path, os.O_RDONLY)
+    try:
+        found = [(path, unsafe_reason(path, os.fstat(handle)))]
+    finally:
+        os.close(handle)
+    for suffix in SIDE_FILES:
+        side = path.with_name(path.name + suffix)
+        with contextlib.suppress(FileNotFoundError):
+            found.append((side, unsafe_reason(side, os.stat(side))))
+    for file, problem in found:
+        if problem is None:
+            continue
+        reason, fix = problem
+        if not allow_unsafe:
+            raise UnsafeStoreError(
+                f"SQLite store file {file}: {reason}, so another user could rewrite its runs; "
+                f"make it yours alone ({fix}), or pass allow_unsafe_permissions=True to "
+                "use it anyway"
+            )
+        warnings.warn(
+            f"SQLite store file {file}: {reason}; used anyway (allow_unsafe_permissions=True)",
+            UserWarning,
+            stacklevel=3,  # the line that opened the store
+        )
+
+
 class SQLiteCheckpointer(SQLCheckpointer):
     """Append-only checkpoints in one SQLite file, shared by any number of runs and processes."""
 
@@ -49,10 +99,12 @@ class SQLiteCheckpointer(SQLCheckpointer):
         encryption_key: EncryptionKey | Sequence[EncryptionKey] | None = None,
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
         compress: bool = True,
+        allow_unsafe_permissions: bool = False,
     ) -> None:
         """
         Args:
-            path: the database file (created with its folder if missing).
+            path: the database file (created 0600, with its missing folders 0700; its
+                WAL and SHM files take the file's mode).
             synchronous: `FULL` to survive power loss, at a disk sync per checkpoint.
             encryption_key: a key (`generate_key()`) or a list of keys to encrypt every
                 payload with AES-GCM; the first writes, all read (rotation).
@@ -61,9 +113,12 @@ class SQLiteCheckpointer(SQLCheckpointer):
                 format (about a quarter of its JSON size); False keeps every body as JSON
                 text in `sma_checkpoints.body`, for querying with SQL. Encrypted bodies
                 are never packed.
+            allow_unsafe_permissions: use a file (or its WAL/SHM file) that belongs to
+                another user or that group or others may write, with a `UserWarning`,
+                instead of refusing it with `UnsafeStoreError`.
         """
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        _prepare_files(self.path, allow_unsafe_permissions)
         db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self._db = db
         super().__init__(
