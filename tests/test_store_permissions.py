@@ -121,6 +121,27 @@ class TestCreatedPrivate:
         finally:
             store.close()
 
+    @settings(max_examples=40, deadline=None)
+    @given(
+        existing=st.integers(min_value=0, max_value=3),
+        missing=st.integers(min_value=1, max_value=4),
+        existing_mode=st.sampled_from([0o755, 0o750, 0o777, 0o700]),
+    )
+    def test_every_missing_level_and_no_existing_one(
+        self, existing: int, missing: int, existing_mode: int
+    ) -> None:
+        """However deep, every folder made for a store is 0700 (not only the last, as
+        `os.makedirs` would do), and the folders that were there keep their mode."""
+        with tempfile.TemporaryDirectory() as root:
+            there = Path(root).joinpath(*(f"e{i}" for i in range(existing)))
+            there.mkdir(parents=True, exist_ok=True)
+            os.chmod(there, existing_mode)
+            made = [there.joinpath(*(f"m{j}" for j in range(i + 1))) for i in range(missing)]
+            SQLiteCheckpointer(made[-1] / "runs.sqlite3").close()
+            assert [mode(m) for m in made] == [0o700] * missing
+            assert mode(there) == existing_mode
+            assert mode(made[-1] / "runs.sqlite3") == 0o600
+
     def test_a_new_audit_file_and_its_folders(self, tmp_path: Path) -> None:
         """`JsonlSink` creates its file 0600 and the missing folders 0700."""
         path = tmp_path / "x" / "y" / "r.jsonl"
@@ -284,6 +305,24 @@ class TestCommandLine:
         assert str(path) in line
         assert f"chmod 600 {path}" in line
         assert mode(path) == 0o666
+
+    def test_a_chat_store_others_may_write(
+        self,
+        server: FakeAnthropicServer,
+        tmp_path: Path,
+        capsys: Capsys,
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        """`chat --conversation --store` refuses the file in one line, exit 2, before any
+        request reaches the model."""
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-key")
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.base_url)
+        path = store_file(tmp_path, 0o660)
+        argv = ["chat", "--conversation", "c1", "--store", str(path)]
+        assert main([*argv, "--audit-dir", str(tmp_path / "audit")]) == 2
+        line = one_line_error(capsys.readouterr().err)
+        assert f"chmod 600 {path}" in line
+        assert server.requests == []
 
     def test_a_store_of_another_user(self, tmp_path: Path, capsys: Capsys) -> None:
         """Another account's store is refused in one line naming the account, exit 2."""
