@@ -22,6 +22,7 @@ import pytest
 from statemachine_agent import (
     Agent,
     AnthropicModel,
+    Budget,
     CancelToken,
     ContextPolicy,
     Conversation,
@@ -39,6 +40,7 @@ from statemachine_agent.models.openai import OpenAIModel
 from statemachine_agent.persistence.codec import record_to_plain
 from statemachine_agent.stream.events import (
     ReplyRestarted,
+    ReplyStarted,
     RunEnded,
     StreamEvent,
     TextDelta,
@@ -543,3 +545,42 @@ class TestSubAgents:
         assert {e.run_id for e in events if hasattr(e, "run_id")} == {result.run_id}
         (answered,) = [e for e in events if isinstance(e, ToolResult)]
         assert (answered.name, answered.content) == ("helper", "CHILD ANSWER 42")
+
+
+class TestSalvageIsToldApart:
+    def test_salvage_events_name_their_call(self, server: FakeAnthropicServer) -> None:
+        """A budget_exhausted run whose salvage reply ignores `tool_choice: none`: every
+        streamed call opens with `reply_started`, the salvage's events carry purpose
+        `salvage` (not the last loop call's identity), the text joined by (iteration,
+        purpose) is each call's text in the history, and the salvage's started call is
+        answered on the stream as not run."""
+        loop = [replies.tool_use("calculate", {"expression": f"{i}+1"}, text=f"Step {i} now.")
+                for i in (1, 2)]  # fmt: skip
+        salvage = replies.tool_use("calculate", {"expression": "9*9"}, id="toolu_salv",
+                                   text="Found two sums; one left.")  # fmt: skip
+        server.add(*loop, salvage)
+        agent = Agent(model_for(server), tools=[calculate], budget=Budget(max_iterations=2))
+        events = collect(agent, "Add things.")
+        result = events[-1].result  # type: ignore[union-attr]
+        assert result.end_state == "budget_exhausted"
+        assert server.requests[-1]["tool_choice"] == {"type": "none"}
+        assert server.invalid_requests == []
+        calls = [(e.iteration, e.purpose) for e in events if isinstance(e, ReplyStarted)]
+        assert calls == [(1, "loop"), (2, "loop"), (2, "salvage")]
+        said = [m for m in result.messages if m["role"] == "assistant"]
+        assert len(said) == len(calls)
+        for call, message in zip(calls, said, strict=True):
+            streamed = "".join(e.text for e in events if isinstance(e, TextDelta)
+                               and (e.iteration, e.purpose) == call)  # fmt: skip
+            written = "".join(b["text"] for b in message["content"] if b["type"] == "text")
+            assert streamed == written
+        mine = [e for e in events if getattr(e, "tool_use_id", None) == "toolu_salv"]
+        assert [(type(e), e.purpose) for e in mine] == [  # type: ignore[union-attr]
+            (ToolCallStarted, "salvage"), (ToolInputComplete, "salvage"), (ToolResult, "salvage"),
+        ]  # fmt: skip
+        answered = mine[-1]
+        assert isinstance(answered, ToolResult)
+        assert (answered.is_error, answered.error_kind) == (True, "not_run")
+        assert answered.content == result.messages[-1]["content"][0]["content"]
+        assert {to_json(e)["type"] for e in events} >= {"reply_started"}
+        assert to_json(answered)["purpose"] == "salvage"

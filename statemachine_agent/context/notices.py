@@ -44,6 +44,11 @@ def unanswered_tool_uses(messages: list[JSON]) -> list[JSON]:
     return [b for b in content if isinstance(b, dict) and b.get("type") == "tool_use"]
 
 
+def not_run(why: str) -> str:
+    """The result a call that was never run is answered with (and a stream shows)."""
+    return f"Not run: {why}."
+
+
 INTERRUPTED = "Interrupted while running; it may have taken effect."
 """The answer to a call that was in flight when the run stopped: its outcome is unknown."""
 
@@ -76,7 +81,7 @@ def close_pending(
         if tool_use_id in known:
             blocks.append(dict(known[tool_use_id]))
             continue
-        text = INTERRUPTED if interrupted else f"Not run: {why}."
+        text = INTERRUPTED if interrupted else not_run(why)
         skipped += 0 if interrupted else 1
         blocks.append(
             {"type": "tool_result", "tool_use_id": tool_use_id, "content": text, "is_error": True}

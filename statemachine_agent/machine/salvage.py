@@ -18,7 +18,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from statemachine_agent.context.notices import add_user_text, close_pending, unanswered_tool_uses
+from statemachine_agent.context.notices import (
+    add_user_text,
+    close_pending,
+    not_run,
+    unanswered_tool_uses,
+)
 from statemachine_agent.machine.calls import call_model, price_of
 from statemachine_agent.machine.phase_env import PhaseEnv
 from statemachine_agent.models.base import ModelError
@@ -76,7 +81,8 @@ def close_side_call_tools(ctx: PhaseEnv, purpose: str) -> list[dict[str, str]]:
     calls = [{"tool_use_id": str(b.get("id", "")), "tool": str(b.get("name", ""))} for b in pending]
     closed = close_pending(ctx.state.messages, SIDE_CALL_TOOLS_NOT_RUN)
     ctx.emitter.emit("tool.skipped", count=closed, end_state=ctx.state.state, purpose=purpose,
-                     calls=calls, iteration=ctx.state.iteration)  # fmt: skip
+                     calls=calls, content=not_run(SIDE_CALL_TOOLS_NOT_RUN),
+                     iteration=ctx.state.iteration)  # fmt: skip
     return calls
 
 

@@ -16,6 +16,7 @@ from statemachine_agent.machine.result import RunResult
 from statemachine_agent.persistence.codec import to_plain
 
 EventType = Literal[
+    "reply_started",
     "text_delta",
     "thinking_delta",
     "tool_call_started",
@@ -28,6 +29,24 @@ EventType = Literal[
 
 
 @dataclass(frozen=True, slots=True)
+class ReplyStarted:
+    """A streamed model call began: the events that follow with this `iteration` and
+    `purpose` belong to its reply.
+
+    `iteration` alone does not name a call: the salvage call that closes a run is made
+    after the last loop call and carries that call's number, so a consumer that joins
+    deltas by iteration alone would glue the two replies together.
+    """
+
+    run_id: str
+    iteration: int
+    purpose: str
+    """Why the model was called: `loop` (a step of the run) or `salvage` (the closing
+    summary of a run stopped early); (`iteration`, `purpose`) names exactly one call."""
+    type: Literal["reply_started"] = field(default="reply_started", init=False)
+
+
+@dataclass(frozen=True, slots=True)
 class TextDelta:
     """Text the model added to its reply (block `index` of the reply of call `iteration`)."""
 
@@ -35,6 +54,7 @@ class TextDelta:
     iteration: int
     index: int
     text: str
+    purpose: str = "loop"
     type: Literal["text_delta"] = field(default="text_delta", init=False)
 
 
@@ -46,6 +66,7 @@ class ThinkingDelta:
     iteration: int
     index: int
     text: str
+    purpose: str = "loop"
     type: Literal["thinking_delta"] = field(default="thinking_delta", init=False)
 
 
@@ -57,6 +78,7 @@ class ToolCallStarted:
     iteration: int
     tool_use_id: str
     name: str
+    purpose: str = "loop"
     type: Literal["tool_call_started"] = field(default="tool_call_started", init=False)
 
 
@@ -69,6 +91,7 @@ class ToolInputComplete:
     tool_use_id: str
     name: str
     input: Any
+    purpose: str = "loop"
     type: Literal["tool_input_complete"] = field(default="tool_input_complete", init=False)
 
 
@@ -78,12 +101,15 @@ class ReplyRestarted:
 
     run_id: str
     iteration: int
+    purpose: str = "loop"
     type: Literal["reply_restarted"] = field(default="reply_restarted", init=False)
 
 
 @dataclass(frozen=True, slots=True)
 class ToolResult:
-    """A tool call was answered (ran, failed, refused or denied), as the model will read it."""
+    """A tool call was answered (ran, failed, refused or denied), as the model will read it;
+    a call that will never run (a salvage reply's) is answered too, with `error_kind`
+    `not_run`, so nobody waits for the result of a started call."""
 
     run_id: str
     iteration: int
@@ -92,6 +118,7 @@ class ToolResult:
     content: str
     is_error: bool
     error_kind: str | None = None
+    purpose: str = "loop"
     type: Literal["tool_result"] = field(default="tool_result", init=False)
 
 
@@ -119,7 +146,8 @@ class RunEnded:
 
 
 StreamEvent = (
-    TextDelta
+    ReplyStarted
+    | TextDelta
     | ThinkingDelta
     | ToolCallStarted
     | ToolInputComplete

@@ -17,11 +17,13 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mappin
 from types import TracebackType
 from typing import Any, Self, cast
 
+from statemachine_agent.machine.calls import STREAMED
 from statemachine_agent.machine.cancel import CancelToken
 from statemachine_agent.machine.result import RunResult
 from statemachine_agent.models.streaming import ReplyDelta, listening
 from statemachine_agent.stream.events import (
     ReplyRestarted,
+    ReplyStarted,
     RunEnded,
     StreamEvent,
     TextDelta,
@@ -55,14 +57,19 @@ class StreamTap:
         self._put = put
         self._redact = redact
         self.iteration = 0
-        """The number of the loop's model call in flight (or the last one)."""
+        """The iteration of the streamed model call in flight (or the last one)."""
+        self.purpose = "loop"
+        """Its purpose: with `iteration`, it names the call (a salvage call carries the
+        number of the last loop call, so the number alone does not)."""
 
     def write(self, record: Mapping[str, Any]) -> None:
         if record.get("run_id", self.run_id) != self.run_id:
             return  # a sub-agent's event: its run is not the one streamed
         event = record.get("event")
-        if event == "model.requested" and "purpose" not in record:
+        if event == "model.requested" and record.get("purpose", "loop") in STREAMED:
             self.iteration = int(record.get("iteration") or 0)
+            self.purpose = str(record.get("purpose", "loop"))
+            self._put(ReplyStarted(self.run_id, self.iteration, self.purpose))
         elif event == "transition.fired":
             self._put(Transition(self.run_id, int(record["seq"]), str(record["source"]),
                                  str(record["trigger"]), str(record["dest"]),
@@ -73,23 +80,37 @@ class StreamTap:
                                  str(record["tool_use_id"]), str(record["tool"]),
                                  str(record.get("content", "")), event == "tool.failed",
                                  record.get("error_kind")))  # fmt: skip
+        elif event == "tool.skipped":
+            self._not_run(record)
+
+    def _not_run(self, record: Mapping[str, Any]) -> None:
+        """A started call that will never run is answered on the stream as in the history
+        (a salvage reply's calls: the run had stopped), so nobody waits for its result."""
+        purpose = str(record.get("purpose", "loop"))
+        if purpose not in STREAMED:
+            return  # its calls were never shown started
+        iteration, content = int(record.get("iteration") or 0), str(record.get("content", ""))
+        for call in record.get("calls") or ():
+            self._put(ToolResult(self.run_id, iteration, str(call["tool_use_id"]),
+                                 str(call["tool"]), content, True, "not_run",
+                                 purpose))  # fmt: skip
 
     def close(self) -> None:
         """Nothing to close: the stream ends with the run."""
 
     def on_delta(self, delta: ReplyDelta) -> None:
-        run, step, redact = self.run_id, self.iteration, self._redact
+        run, step, why, redact = self.run_id, self.iteration, self.purpose, self._redact
         if delta.kind == "text":
-            self._put(TextDelta(run, step, delta.index, redact(delta.text)))
+            self._put(TextDelta(run, step, delta.index, redact(delta.text), why))
         elif delta.kind == "thinking":
-            self._put(ThinkingDelta(run, step, delta.index, redact(delta.text)))
+            self._put(ThinkingDelta(run, step, delta.index, redact(delta.text), why))
         elif delta.kind == "tool_use_started":
-            self._put(ToolCallStarted(run, step, delta.tool_use_id, redact(delta.name)))
+            self._put(ToolCallStarted(run, step, delta.tool_use_id, redact(delta.name), why))
         elif delta.kind == "tool_use_complete":
             self._put(ToolInputComplete(run, step, delta.tool_use_id, redact(delta.name),
-                                        redact(delta.input)))  # fmt: skip
+                                        redact(delta.input), why))  # fmt: skip
         else:
-            self._put(ReplyRestarted(run, step))
+            self._put(ReplyRestarted(run, step, why))
 
 
 _DONE = object()
