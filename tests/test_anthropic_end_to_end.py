@@ -14,7 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from statemachine_agent import Agent, AnthropicModel, Budget, MissingAPIKeyError, calculate
+from statemachine_agent import (
+    Agent,
+    AnthropicModel,
+    Budget,
+    MemorySink,
+    MissingAPIKeyError,
+    calculate,
+)
+from statemachine_agent.audit.config import Audit
 from statemachine_agent.audit.sink import read_events
 from statemachine_agent.models.base import ModelRequest
 from statemachine_agent.testing import FakeAnthropicServer, FakeError, replies
@@ -129,6 +137,37 @@ class TestFatalErrors:
         assert len(server.requests) == 2
         assert_end_state(result, "context_overflow")
         assert "201234 tokens" in result.reason
+
+
+class TestIterationsCountAttempts:
+    """`result.iterations` counts a loop call that was attempted and failed, as the audit
+    does; the budget still counts completed calls only."""
+
+    @pytest.mark.parametrize("before", [0, 1])
+    def test_a_failed_call_counts(self, server: FakeAnthropicServer, before: int) -> None:
+        """A 400 on the loop's first (or second) call: the result's iterations is the
+        failed call's number in its model.requested and model.failed events."""
+        sink = MemorySink()
+        done = [replies.tool_use("calculate", {"expression": "1+1"})] * before
+        server.add(*done, FakeError(400, "messages.0: bad things"))
+        agent = Agent(model_for(server), tools=[calculate], audit=Audit(sinks=[sink]))
+        result = agent.run("q")
+        assert_end_state(result, "failed")
+        failed = [e for e in sink.events if e["event"] == "model.failed"]
+        requested = [e for e in sink.events if e["event"] == "model.requested"]
+        assert result.iterations == failed[-1]["iteration"] == requested[-1]["iteration"]
+        assert result.iterations == before + 1
+        ended = next(e for e in sink.events if e["event"] == "run.ended")
+        assert ended["iterations"] == result.iterations
+
+    def test_the_budget_counts_completed_calls(self, server: FakeAnthropicServer) -> None:
+        """A call rejected as too long, then retried after compaction: one completed call,
+        within max_iterations=1, and iterations is 1 (the retry carries the same number)."""
+        too_long = FakeError(400, "prompt is too long: 201234 tokens > 200000 maximum")
+        server.add(too_long, replies.text("Short now."))
+        result = Agent(model_for(server), budget=Budget(max_iterations=1)).run("q")
+        assert_end_state(result, "completed")
+        assert result.iterations == 1
 
 
 class TestSecrets:

@@ -141,7 +141,7 @@ class TestLimits:
 
     def test_per_tool_limit_blocks_calls_then_ends(self) -> None:
         """Calls past a tool's limit are answered with the limit; repeated refusals end the run."""
-        script = [*looping_script(8), replies.text("summary")]
+        script = [*looping_script(4), replies.text("summary")]  # the 5th call: the salvage
         result = Agent(
             ScriptedModel(script),
             tools=[calculate],
@@ -159,6 +159,7 @@ class TestLimits:
         assert "limit of 2 calls" in results[2]["content"]
         assert_end_state(result, "budget_exhausted")
         assert "2 calls refused by per-tool limits" in result.reason
+        assert result.text == "summary"
 
     def test_budget_validation(self) -> None:
         """Nonsense limits are refused at construction."""

@@ -320,7 +320,7 @@ class Engine:
             text=ending.text,
             reason=ending.reason,
             run_id=run.run_id,
-            iterations=run.iteration,
+            iterations=_iterations(run, ctx.entered_by),
             turn=run.turn,
             usage=run.usage,
             cost_usd=run.cost_usd,
@@ -359,6 +359,14 @@ class Engine:
             # stands (no row leaves it), and the result says what could not be written.
             result = dataclasses.replace(result, details={**(result.details or {}), **late})
         return result
+
+
+def _iterations(run: RunRecord, row: Row | None) -> int:
+    """The loop calls the run made, counted as its audit events count them: a call that
+    was attempted and failed (the row that ended the run left `reason` on `model_failed`)
+    counts, though the budget (`run.iteration`) counts completed calls only."""
+    attempted = row is not None and (row.source, row.trigger) == ("reason", "model_failed")
+    return run.iteration + int(attempted)
 
 
 def _component_failure(ctx: PhaseEnv) -> RunError | None:

@@ -23,6 +23,9 @@ class RunResult:
     """Why the run ended, in one sentence with the figures."""
     run_id: str
     iterations: int
+    """The loop's model calls, counted as the audit events number them: a call that was
+    attempted and failed (the run ended on it) counts. `Budget.max_iterations` counts
+    completed calls only, so a failed first call reports 1 here and used none of it."""
     turn: int
     usage: Usage
     cost_usd: float
