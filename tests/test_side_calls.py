@@ -56,16 +56,18 @@ def stalling(n: int) -> list[Any]:
 
 BUDGET_END = {"budget": Budget(max_iterations=2)}
 STALL_END = {"stall": StallPolicy(threshold=2, max_interventions=1)}
+ENDINGS = pytest.mark.parametrize(
+    ("script", "settings", "end"),
+    [
+        (looping(2), BUDGET_END, "budget_exhausted"),
+        (stalling(3), STALL_END, "stalled"),
+    ],
+)
+"""The two endings that make a salvage call, each scripted to reach it."""
 
 
 class TestSalvageThatCallsATool:
-    @pytest.mark.parametrize(
-        ("script", "settings", "end"),
-        [
-            (looping(2), BUDGET_END, "budget_exhausted"),
-            (stalling(3), STALL_END, "stalled"),
-        ],
-    )
+    @ENDINGS
     def test_the_call_is_closed_and_reported(
         self, script: list[Any], settings: dict[str, Any], end: str
     ) -> None:
@@ -129,13 +131,7 @@ def ignoring_tool_choice() -> dict[str, Any]:
 class TestThroughTheSdk:
     """The strict server validates every request, the continuation's included."""
 
-    @pytest.mark.parametrize(
-        ("script", "settings", "end"),
-        [
-            (looping(2), BUDGET_END, "budget_exhausted"),
-            (stalling(3), STALL_END, "stalled"),
-        ],
-    )
+    @ENDINGS
     def test_a_run_continues_from_the_history(
         self,
         server: FakeAnthropicServer,
@@ -153,13 +149,7 @@ class TestThroughTheSdk:
         assert_end_state(second, "completed")
         assert server.invalid_requests == []
 
-    @pytest.mark.parametrize(
-        ("script", "settings", "end"),
-        [
-            (looping(2), BUDGET_END, "budget_exhausted"),
-            (stalling(3), STALL_END, "stalled"),
-        ],
-    )
+    @ENDINGS
     def test_a_conversation_takes_its_next_turn(
         self,
         server: FakeAnthropicServer,
