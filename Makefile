@@ -16,12 +16,13 @@ demo: $(STAMP)
 	$(BIN)/statemachine-agent demo
 
 lint: $(STAMP)
-	$(BIN)/ruff check statemachine_agent pytest_statemachine_agent tests examples benchmarks
-	$(BIN)/ruff format --check statemachine_agent pytest_statemachine_agent tests examples benchmarks
+	$(BIN)/ruff check statemachine_agent pytest_statemachine_agent tests examples benchmarks scripts
+	$(BIN)/ruff format --check statemachine_agent pytest_statemachine_agent tests examples benchmarks scripts
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/mypy --strict examples
+	$(BIN)/mypy --strict scripts/docgen.py
 
 # Programs the tests drive for real (Graphviz, to compare graphviz-pure with; Chromium; PostgreSQL),
 # installed with apt-get when missing (needs root; see scripts/system-deps.sh).
@@ -37,11 +38,11 @@ test: lint typecheck unit
 # and the package's copy of the review SVG (rendered by graphviz-pure), docs/states.md and the
 # README's generated blocks.
 diagrams: $(STAMP)
-	$(BIN)/python -m statemachine_agent.docgen diagrams docs
+	$(BIN)/python scripts/docgen.py diagrams docs
 
 # Regenerate only the generated docs: docs/states.md and the README's generated blocks.
 docs: $(STAMP)
-	$(BIN)/python -m statemachine_agent.docgen docs
+	$(BIN)/python scripts/docgen.py docs
 
 # report.png: the HTML report of the offline stall demo, as headless Chromium draws it.
 REPORT_DEMO := build/report-demo

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from statemachine_agent import docgen
+from scripts import docgen
 from statemachine_agent.machine import table
 from statemachine_agent.machine.ends import EXIT_CODES
 

@@ -23,6 +23,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import statemachine_agent
+from scripts import docgen
 from statemachine_agent import (
     Agent,
     AnthropicModel,
@@ -33,7 +34,6 @@ from statemachine_agent import (
     RunNotFoundError,
     ScriptedModel,
     UnknownModelPriceError,
-    docgen,
     read_events,
 )
 from statemachine_agent.audit.chain import ENCRYPTED

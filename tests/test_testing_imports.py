@@ -11,8 +11,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+
+from statemachine_agent.testing import _sdk_tables, validator
 
 SDKS = ("anthropic", "openai")
 
@@ -61,12 +64,41 @@ class TestNoSdkImported:
         """A scripted run with tools, end to end, loads no SDK."""
         assert sdks_loaded_after(SCRIPTED_RUN) == []
 
-    def test_the_validators_read_the_sdk_when_used(self) -> None:
-        """Checking a request reads the installed SDK's parameter names (so the check
-        follows the SDK): that, and only that, loads it."""
+    def test_a_validated_scripted_run(self) -> None:
+        """A scripted run whose every request goes through the strict validator (the
+        default) loads no SDK: the validator's SDK rules are a committed table."""
+        code = SCRIPTED_RUN.replace(
+            "ScriptedModel(script, validate=False)", "ScriptedModel(script)"
+        )
+        assert "validate=False" not in code
+        assert sdks_loaded_after(code) == []
+
+    def test_validating_a_request(self) -> None:
+        """Checking a request, valid or not, loads no SDK."""
         code = (
             "from statemachine_agent.testing import validate_request\n"
             "assert validate_request({'model': 'm', 'max_tokens': 1,"
-            " 'messages': [{'role': 'user', 'content': 'hi'}]}) == []"
+            " 'messages': [{'role': 'user', 'content': 'hi'}]}) == []\n"
+            "assert validate_request({'model': 'm', 'max_tokens': 1, 'nonsense': 1,"
+            " 'messages': [{'role': 'user', 'content': [{'type': 'text', 'text': 'x',"
+            " 'extra': 1}]}]})"
         )
-        assert sdks_loaded_after(code) == ["anthropic"]
+        assert sdks_loaded_after(code) == []
+
+
+class TestCommittedSdkTables:
+    """The validator's committed copy of the SDK's rules is what the installed SDK says."""
+
+    def test_the_copy_matches_the_installed_sdk(self) -> None:
+        """Regenerate with `python scripts/docgen.py sdk` when this fails."""
+        assert validator.committed_sdk_rules() == validator.read_sdk_rules(), (
+            "statemachine_agent/testing/_sdk_tables.py is stale: run `python scripts/docgen.py sdk`"
+        )
+
+    def test_the_committed_module_is_what_the_generator_writes(self) -> None:
+        """The file is the generator's output for the installed SDK's rules, byte for
+        byte (the version it records aside: a newer SDK with the same rules is fine)."""
+        committed = Path(_sdk_tables.__file__).read_text(encoding="utf-8")
+        assert committed == validator.sdk_tables_source(
+            validator.read_sdk_rules(), _sdk_tables.SDK_VERSION
+        )

@@ -8,8 +8,12 @@ reference would be wrong the day a row is added; a generated one is checked by
 `tests/test_docs.py` and `tests/test_diagrams.py`, which fail when a committed
 file differs from what this module produces now.
 
-Run `python -m statemachine_agent.docgen` (what `make diagrams` and `make docs`
-do); `--check` only reports stale files, for CI.
+Run `python scripts/docgen.py` (what `make diagrams` and `make docs` do);
+`--check` only reports stale files, for CI. It lives outside the package because
+it reads and writes the repository (README.md, docs/, diagrams/): an installed
+wheel has none of them, so shipping it would only ship a command that crashes.
+The target `sdk` rewrites `statemachine_agent/testing/_sdk_tables.py`, the
+request validator's copy of the `anthropic` SDK's rules.
 """
 
 from __future__ import annotations
@@ -30,7 +34,10 @@ from statemachine_agent.errors import Error
 from statemachine_agent.machine import ends, table
 from statemachine_agent.machine.table import Row
 
-TARGETS: tuple[str, ...] = ("diagrams", "docs")
+TARGETS: tuple[str, ...] = ("diagrams", "docs", "sdk")
+DEFAULT_TARGETS: tuple[str, ...] = ("diagrams", "docs")
+"""What a bare run (and `--check`) covers: `sdk` follows the installed SDK, not the
+repository, so it is regenerated on purpose (tests/test_testing_imports.py says when)."""
 
 DIAGRAM_FILES: Mapping[str, str] = {
     "mermaid": "diagrams/machine.mmd",
@@ -50,6 +57,7 @@ PACKAGED_SVG = f"statemachine_agent/{diagrams.PACKAGED_SVG}"
 """The review SVG again, inside the package, for reports made without a renderer."""
 STATES_DOC = "docs/states.md"
 ERRORS_DOC = "docs/errors.md"
+SDK_TABLES = "statemachine_agent/testing/_sdk_tables.py"
 README = "README.md"
 
 _GENERATED_NOTE = (
@@ -413,7 +421,9 @@ def refresh_blocks(text: str, blocks: Mapping[str, Callable[[], str]] = README_B
 # -- writing and checking ------------------------------------------------------------
 
 
-def generate(root: Path, targets: Iterable[str] = TARGETS) -> tuple[dict[Path, str], list[str]]:
+def generate(
+    root: Path, targets: Iterable[str] = DEFAULT_TARGETS
+) -> tuple[dict[Path, str], list[str]]:
     """Every generated file for `targets` with its content, and what was skipped, and why.
 
     SVG is skipped (with a note) when no Graphviz renderer is installed: it is the
@@ -444,6 +454,13 @@ def generate(root: Path, targets: Iterable[str] = TARGETS) -> tuple[dict[Path, s
         files[root / ERRORS_DOC] = errors_markdown()
         readme = root / README
         files[readme] = refresh_blocks(readme.read_text(encoding="utf-8"))
+    if "sdk" in wanted:
+        import anthropic
+
+        from statemachine_agent.testing import validator
+
+        rules = validator.read_sdk_rules()
+        files[root / SDK_TABLES] = validator.sdk_tables_source(rules, anthropic.__version__)
     return files, skipped
 
 
@@ -459,11 +476,14 @@ def stale(files: Mapping[Path, str]) -> list[Path]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Regenerate (or, with `--check`, verify) the generated docs and diagrams."""
     parser = argparse.ArgumentParser(
-        prog="python -m statemachine_agent.docgen",
+        prog="python scripts/docgen.py",
         description="Regenerate the diagrams and docs derived from the transition table.",
     )
     parser.add_argument(
-        "targets", nargs="*", metavar="TARGET", help=f"any of {', '.join(TARGETS)} (default: all)"
+        "targets",
+        nargs="*",
+        metavar="TARGET",
+        help=f"any of {', '.join(TARGETS)} (default: {' '.join(DEFAULT_TARGETS)})",
     )
     parser.add_argument("--root", type=Path, default=Path.cwd(), help="the repository root")
     parser.add_argument("--check", action="store_true", help="only report stale files")
@@ -471,7 +491,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     unknown = [t for t in args.targets if t not in TARGETS]
     if unknown:
         parser.error(f"unknown target(s) {', '.join(unknown)}; choose from {', '.join(TARGETS)}")
-    files, skipped = generate(args.root, args.targets or TARGETS)
+    files, skipped = generate(args.root, args.targets or DEFAULT_TARGETS)
     for note in skipped:
         print(f"docgen: warning: {note}", file=sys.stderr)
     outdated = stale(files)
