@@ -305,7 +305,8 @@ def _steps(records: Sequence[Mapping[str, Any]]) -> list[Step]:
 
 
 def _stub_tools(started: Mapping[str, Any]) -> ToolRegistry:
-    """Tools with the recorded definitions; their handlers are never called."""
+    """Tools with the recorded definitions; their handlers are never called. The
+    final-answer tool is left out: the replaying agent's output type makes its own."""
     flags = started.get("tool_flags") or {}
 
     def never(**_: Any) -> str:
@@ -314,6 +315,8 @@ def _stub_tools(started: Mapping[str, Any]) -> ToolRegistry:
     registry = ToolRegistry()
     for definition in started.get("tools") or []:
         name = str(definition["name"])
+        if name == OUTPUT_TOOL:
+            continue
         registry.register(
             Tool(
                 name=name,

@@ -63,6 +63,10 @@ EXPECTED: dict[tuple[str, str, str, tuple[str, ...]], tuple[str, ...]] = {
         "failed: the reply had neither text nor tool calls",
         "'end_turn'",
     ),
+    ("reason", "replied", "failed", ("is_end_turn", "output_expected")): (
+        "failed: no valid final answer after 4 tries",
+        "last: That answer was plain text",
+    ),
     ("reason", "replied", "completed", ("is_end_turn",)): ("the model ended its turn (end_turn)",),
     ("reason", "replied", "truncated", ("is_max_tokens",)): ("cut off at max_tokens=4096",),
     ("reason", "replied", "refused", ("is_refusal",)): ("the model refused to continue",),
@@ -201,6 +205,7 @@ _CAUSE: dict[tuple[str, str, str, tuple[str, ...]], str] = {
     ("reason", "model_failed", "failed", ()): "failed: ",
     ("act", "tools_done", "failed", ("tool_failed_fatally",)): "is configured to end the run",
     ("act", "tools_done", "failed", ("answer_retries_exhausted",)): "the final answer was rejected",
+    ("reason", "replied", "failed", ("is_end_turn", "output_expected")): "no valid final answer",
     ("verify", "verified", "failed", ("rejections_exhausted",)): "the verifier rejected",
     **{(state, "crashed", "failed", ()): "(while in " for state in WORKING_STATES + HELPER_STATES},
 }
@@ -208,6 +213,7 @@ _OTHER_CAUSES = (
     "neither text nor tool calls",
     "is configured to end the run",
     "the final answer was rejected",
+    "no valid final answer",
     "the verifier rejected",
     "(while in ",
     "the engine stops rather than guess",

@@ -14,6 +14,8 @@ from typing import Any
 
 import pydantic
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typing_extensions import TypedDict
 
 from statemachine_agent import (
@@ -50,7 +52,7 @@ class Person(TypedDict):
     age: int
 
 
-INVOICE = {"number": "INV-7", "total": 12.5, "paid": True}
+INVOICE: dict[str, Any] = {"number": "INV-7", "total": 12.5, "paid": True}
 
 
 def answer(payload: dict[str, Any]) -> dict[str, Any]:
@@ -235,3 +237,81 @@ def test_typed_output_through_the_real_sdk(server: FakeAnthropicServer) -> None:
     assert server.invalid_requests == []
     assert server.requests[0]["tool_choice"] == {"type": "any"}
     assert server.requests[0]["tools"][0]["name"] == OUTPUT_TOOL
+
+
+class TestOnlyAValidatedAnswerEndsOk:
+    """With an output type, a plain text answer never ends a run `ok` (issue 26)."""
+
+    def test_a_text_answer_is_answered_and_the_typed_one_ends_the_run(
+        self, server: FakeAnthropicServer
+    ) -> None:
+        """Through the real SDK: the text counts as an invalid answer, the model is told
+        to call final_result, and its call ends the run with the typed value."""
+        server.add(replies.text("Approved, 12.50 paid."), answer(INVOICE))
+        model = AnthropicModel(api_key="sk-ant-test", base_url=server.base_url)
+        result = Agent(model, output_type=Invoice).run("Read the invoice")
+        assert_end_state(result, "finished")
+        assert result.output == Invoice(**INVOICE)
+        assert_fired(result, "reason", "replied", "perceive",
+                     via=["is_end_turn", "output_expected", "output_retry_left"])  # fmt: skip
+        assert server.invalid_requests == []
+        notice = server.requests[1]["messages"][-1]
+        assert notice["role"] == "user"
+        assert f"calling {OUTPUT_TOOL}" in str(notice["content"])
+        assert result.reason == "the model called final_result with status 'completed'"
+
+    def test_text_answers_past_the_retries_fail_naming_the_errors(self) -> None:
+        model = ScriptedModel([answer({"number": 7}), replies.text("no"), replies.text("no")])
+        result = Agent(model, output_type=Invoice, output_retries=2).run("q")
+        assert_end_state(result, "failed")
+        assert not result.ok
+        assert result.output is None
+        assert_fired(result, "reason", "replied", "failed", via=["is_end_turn", "output_expected"])
+        assert "no valid final answer after 3 tries" in result.reason
+        assert f"calling {OUTPUT_TOOL}" in result.reason
+        assert valid_requests(model)
+
+    def test_a_per_run_output_type_expects_a_typed_answer_too(self) -> None:
+        agent = Agent(ScriptedModel([replies.text("x")]), output_retries=0)
+        result = agent.run("q", output_type=Point)
+        assert_end_state(result, "failed")
+
+    @settings(max_examples=25, deadline=None)
+    @given(
+        script=st.lists(st.sampled_from(["text", "invalid", "valid", "empty"]), max_size=6),
+        retries=st.integers(0, 3),
+    )
+    def test_ok_always_means_a_validated_output(self, script: list[str], retries: int) -> None:
+        """Whatever mix of text, invalid and valid answers the model gives, a run ends
+        `ok` only with a validated output, and a text reply never ends it `ok`."""
+        made = {
+            "text": lambda: replies.text("looks fine"),
+            "invalid": lambda: answer({"number": 7}),
+            "valid": lambda: answer(INVOICE),
+            "empty": lambda: replies.reply(stop_reason="end_turn"),
+        }
+        model = ScriptedModel([made[kind]() for kind in script])
+        result = Agent(model, output_type=Invoice, output_retries=retries).run("q")
+        if result.ok:
+            assert result.output == Invoice(**INVOICE)
+        else:
+            assert result.output is None
+        assert result.end_state != "completed"
+
+
+class TestTheFinalAnswerToolName:
+    def test_a_user_tool_named_final_result_is_refused_with_an_output_type(self) -> None:
+        @tool(name=OUTPUT_TOOL)
+        def mine(x: int) -> int:
+            """Mine.
+
+            Args:
+                x: a number.
+            """
+            return x
+
+        with pytest.raises(ValueError, match="tools: a tool is named 'final_result'"):
+            Agent(ScriptedModel([]), tools=[mine], output_type=Invoice)
+        agent = Agent(ScriptedModel([]), tools=[mine])  # without an output type it is a tool
+        with pytest.raises(ValueError, match="tools: a tool is named 'final_result'"):
+            agent.run("q", output_type=Invoice)

@@ -105,6 +105,16 @@ def _answers_rejected(run: RunRecord) -> None:
     run.invalid_answers = run.settings.output_retries + 1
 
 
+def _text_answers(n: int) -> Arrange:
+    """`n` invalid answers so far, the last (just counted by `reason`) a text reply."""
+
+    def arrange(run: RunRecord) -> None:
+        run.invalid_answers = n
+        run.notes["answer_errors"] = "That answer was plain text"
+
+    return arrange
+
+
 def _awaiting(run: RunRecord) -> None:
     run.approval.awaiting = ["toolu_1"]
 
@@ -152,6 +162,12 @@ ARRANGEMENTS: dict[tuple[str, str, str, tuple[str, ...]], Arrange] = {
     ("reason", "replied", "act", ("is_tool_use",)): _last(replies.tool_use("calculate")),
     ("reason", "replied", "failed", ("is_empty_reply",)): _last(
         replies.reply(stop_reason="end_turn")
+    ),
+    ("reason", "replied", "perceive", ("is_end_turn", "output_expected", "output_retry_left")): (
+        _with(_last(replies.text("approved")), _text_answers(1), output_expected=True)
+    ),
+    ("reason", "replied", "failed", ("is_end_turn", "output_expected")): _with(
+        _last(replies.text("approved")), _text_answers(4), output_expected=True
     ),
     ("reason", "replied", "verify", ("is_end_turn", "verifier_configured")): _with(
         _last(replies.text("hi")), has_verifier=True

@@ -73,8 +73,18 @@ def storage_option(checkpointer: Storage) -> Storage:
 
 def with_output(deps: AgentDeps, output_type: Any) -> AgentDeps:
     """The services with `output_type` as the answer's type: its `final_result` tool
-    replaces any other output type's."""
+    replaces any other output type's.
+
+    A tool of the user's own named `final_result` is refused: the model would answer
+    through one of the two, and which one ran would decide whether the answer was
+    validated."""
     spec = output_spec(output_type)
+    if deps.output is None and OUTPUT_TOOL in deps.tools.names:
+        raise ValueError(
+            f"tools: a tool is named {OUTPUT_TOOL!r}, the name of the tool through which "
+            f"the model gives its typed answer when output_type is set; rename the tool "
+            f"(e.g. @tool(name=...)) or leave output_type unset"
+        )
     tools = [t for t in deps.tools if t.name != OUTPUT_TOOL]
     registry = ToolRegistry(
         [*tools, spec.tool()], max_result_chars=deps.context.max_tool_result_chars

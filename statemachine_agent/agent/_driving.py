@@ -11,6 +11,7 @@ agent they need comes as its `AgentParts`, never the `Agent` itself.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -117,7 +118,11 @@ async def drive(
     if lease is not None and lease.taken_over_from is not None:
         taken = {"previous_owner": lease.taken_over_from, "expired_at": lease.expired_at}
         emitter.emit("lease.taken_over", owner=lease.owner, **taken)
-    ctx = PhaseEnv(state=record, deps=deps or parts.deps, emitter=emitter,
+    services = deps or parts.deps
+    expected = services.output is not None  # the agent's output type, or the run's own
+    if record.settings.output_expected != expected:
+        record.settings = dataclasses.replace(record.settings, output_expected=expected)
+    ctx = PhaseEnv(state=record, deps=services, emitter=emitter,
                        host_deps=host_deps)  # fmt: skip
     ctx.writer = writer
     try:

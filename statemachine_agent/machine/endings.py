@@ -232,6 +232,7 @@ FIGURES: Mapping[str, Figure] = {
     "refusal": Figure(_refusal),
     "input_tokens": Figure(_input_tokens),
     "messages": Figure(lambda ctx: len(ctx.state.messages)),
+    "finish_tool": Figure(lambda ctx: ctx.state.notes.get("finish_tool", "finish")),
     "finish_status": Figure(lambda ctx: (ctx.state.finish or {}).get("status", "completed")),
     "pending_count": Figure(lambda ctx: len(_pending(ctx))),
     "pending_names": Figure(lambda ctx: ", ".join(sorted({p["name"] for p in _pending(ctx)}))),

@@ -149,6 +149,17 @@ def answer_retries_exhausted(run: RunRecord) -> bool:
     return run.invalid_answers > run.settings.output_retries
 
 
+def output_expected(run: RunRecord) -> bool:
+    """The run has an output type: only a validated call of `final_result` answers it."""
+    return run.settings.output_expected
+
+
+def output_retry_left(run: RunRecord) -> bool:
+    """The invalid final answers so far (the reply just counted among them) are still
+    within `output_retries`, so the model may be asked again."""
+    return not answer_retries_exhausted(run)
+
+
 def summary_due(run: RunRecord) -> bool:
     """The prompt `perceive` measured has passed `summarize_at_tokens`, messages older than
     the kept exchanges exist, and no summary was tried since the loop's last model call."""
@@ -247,6 +258,8 @@ GUARDS: Mapping[str, Guard] = {
         summary_due,
         tool_failed_fatally,
         answer_retries_exhausted,
+        output_expected,
+        output_retry_left,
         approval_pending,
         stall_detected,
         stall_persists,

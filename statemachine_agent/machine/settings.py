@@ -27,9 +27,13 @@ class RunSettings:
     max_rejections: int = 2
     """Verifier rejections allowed before the run ends in `failed`."""
     max_continuations: int = 0
+    """Times a text reply cut at max_tokens is continued before ending in `truncated`."""
     output_retries: int = 3
     """Invalid final answers (a run-ending tool's input rejected) before `failed`."""
-    """Times a text reply cut at max_tokens is continued before ending in `truncated`."""
+    output_expected: bool = False
+    """The answer must be a typed value given through `final_result` (the run has an
+    `output_type`), so a plain text answer is no answer; set by the driver from the
+    run's services, since a per-run `output_type=` decides it as much as the agent's."""
 
     def __post_init__(self) -> None:
         if self.reflection_interval is not None and self.reflection_interval < 1:

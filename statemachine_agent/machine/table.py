@@ -110,6 +110,14 @@ ROWS: tuple[Row, ...] = (
     Row("reason", "replied", "failed", ("is_empty_reply",),
         "The reply had neither text nor tool calls.",
         reason="failed: the reply had neither text nor tool calls (stop_reason {stop_reason!r})"),
+    Row("reason", "replied", "perceive", ("is_end_turn", "output_expected", "output_retry_left"),
+        "A text answer where a typed one is expected: it counts against output_retries, "
+        "and the model is told to answer by calling final_result.",
+        arrival="ask_for_typed_answer"),
+    Row("reason", "replied", "failed", ("is_end_turn", "output_expected"),
+        "A text answer where a typed one is expected, with output_retries used up.",
+        reason="failed: no valid final answer after {invalid_answers} tries "
+               "(a typed answer is expected through final_result); last: {answer_errors}"),
     Row("reason", "replied", "verify", ("is_end_turn", "verifier_configured"),
         "The model claims it is done; the verifier checks the claim first."),
     Row("reason", "replied", "completed", ("is_end_turn",),
@@ -174,7 +182,7 @@ ROWS: tuple[Row, ...] = (
         "finish(status='completed') is a claim; the verifier checks it first."),
     Row("observe", "observed", "finished", ("finish_called",),
         "The model called the finish tool; its input is the structured result.",
-        reason="the model called finish with status {finish_status!r}"),
+        reason="the model called {finish_tool} with status {finish_status!r}"),
     Row("observe", "observed", "stalled", ("stall_persists",),
         "Still repeating itself after the allowed interventions.",
         reason="stalled: {stall} (pattern {stall_pattern}, after {interventions} interventions)"),
@@ -200,7 +208,7 @@ ROWS: tuple[Row, ...] = (
         reason=_CANCELLED + " during verification"),
     Row("verify", "verified", "finished", ("verdict_passed", "finish_called"),
         "The verifier accepted the finish tool's result.",
-        reason="the model called finish with status {finish_status!r} "
+        reason="the model called {finish_tool} with status {finish_status!r} "
                "and the verifier accepted the result"),
     Row("verify", "verified", "completed", ("verdict_passed",),
         "The verifier accepted the final answer.",

@@ -224,6 +224,7 @@ class Act:
             if tool is not None and tool.ends_run and run.finish is None:
                 data = outcome.data
                 run.finish = data if isinstance(data, dict) else {"result": data}
+                run.notes["finish_tool"] = call.name  # the end reason names it
             if call.name == "end_chat":
                 run.chat_ended = True
         if outcome.error_kind not in ("limit", "denied"):

@@ -16,11 +16,13 @@ from __future__ import annotations
 from typing import Literal
 
 from statemachine_agent.context.caching import cache_last_tool, cache_latest_message
+from statemachine_agent.context.notices import add_user_text
 from statemachine_agent.context.summary import summary_cut
 from statemachine_agent.machine.guards import summary_due
 from statemachine_agent.machine.phase_env import PhaseEnv
 from statemachine_agent.models.base import JSON, ModelRequest
 from statemachine_agent.phases.compact import compact_history
+from statemachine_agent.tools.output import TEXT_ANSWER
 
 
 class Perceive:
@@ -29,6 +31,8 @@ class Perceive:
     async def run(self, ctx: PhaseEnv) -> Literal["prepared"]:
         await refresh_tools(ctx)
         run, policy = ctx.state, ctx.deps.context
+        if ctx.arrival == "ask_for_typed_answer":  # the row says: the text was no answer
+            add_user_text(run.messages, TEXT_ANSWER)
         if policy.compact_at_tokens is not None or policy.summarize_at_tokens is not None:
             run.summary.prompt_tokens = await measure(ctx)
             run.summary.replaceable = summary_cut(run.messages, policy.keep_last)

@@ -10,12 +10,14 @@ from __future__ import annotations
 from typing import Literal
 
 from statemachine_agent.machine.calls import call_model
+from statemachine_agent.machine.guards import is_end_turn, output_expected
 from statemachine_agent.machine.phase_env import PhaseEnv
 from statemachine_agent.machine.run import RunError
 from statemachine_agent.models.base import JSON, ModelError, ModelReply
 from statemachine_agent.models.streaming import partial_text
 from statemachine_agent.phases.perceive import build_request
 from statemachine_agent.tools.base import ToolCall
+from statemachine_agent.tools.output import TEXT_ANSWER
 
 
 class Reason:
@@ -54,6 +56,11 @@ class Reason:
             if reply.stop_reason == "tool_use"
             else []
         )
+        if is_end_turn(run) and output_expected(run):
+            # Text where a typed answer is expected is an invalid answer: counted here,
+            # once, as the reply arrives; the rows then ask again or end in `failed`.
+            run.invalid_answers += 1
+            run.notes["answer_errors"] = TEXT_ANSWER
         return "replied"
 
 

@@ -5,9 +5,13 @@ whose input schema is `T`'s. Calling it is how the model answers: a valid input
 ends the run in `finished` with `result.output` an instance of `T`; an invalid
 one goes back to the model with the validation errors, and after
 `output_retries` such answers the run ends in `failed` naming them. The tool is
-an ordinary run-ending tool (like `finish`), so the table needs no new path for
-it, and what is checkpointed is the plain JSON input: the typed value is built
-again from it on resume and replay.
+an ordinary run-ending tool (like `finish`), and what is checkpointed is the
+plain JSON input: the typed value is built again from it on resume and replay.
+
+A plain text answer is no answer then: the table's rows for an `end_turn` with
+`output_expected` count it against `output_retries` and send the model
+`TEXT_ANSWER` (or end in `failed` once the retries are used up), so a run with an
+output type never ends `ok` without a validated value.
 
 `T` may be a pydantic model, a dataclass, a `TypedDict` (anything pydantic's
 `TypeAdapter` describes), or a JSON schema given as a dict (the output is then
@@ -30,6 +34,13 @@ from statemachine_agent.tools.registry import ToolError
 
 OUTPUT_TOOL = "final_result"
 """The name of the tool through which the model gives a typed answer."""
+
+TEXT_ANSWER = (
+    f"That answer was plain text, but this task needs a structured answer: answer by "
+    f"calling {OUTPUT_TOOL} with input that matches its schema."
+)
+"""What the model is told after a text answer where a typed one is expected (also
+the answer's error, should the run end in `failed`)."""
 
 _WRAP_KEY = "response"
 DEFAULT_OUTPUT_RETRIES = 3
