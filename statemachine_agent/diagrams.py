@@ -6,11 +6,17 @@ and a test fails when they differ from what the table says. End states are
 marked, and states declared but not yet reachable (`RESERVED_STATES`) are drawn
 dashed.
 
-Two drawings: the *review* diagram (the default) draws each row as an edge,
-except the rows that are the same from every working state (a cancel request
-ends in `cancelled`, a crash in `failed`): those are drawn once each, from one
-"any working state" box, so the loop and its guarded exits stand out. The *full*
-diagram (`full=True`, `diagram --full`) draws every row as its own edge.
+Three drawings. The *review* diagram (the default) is read at a glance: the four
+phases in one box (the loop), the helper states beside them, the end states in a
+box of their own, and rows that say one thing drawn once: rows the same from every
+working state (a cancel request ends in `cancelled`, a crash in `failed`) from the
+"any working state" box, rows the same from every helper state from theirs, an end
+state's resume rows (one per place a run can stop) as one edge back into the
+working states, rows between the same two states as one edge, and a pause with its
+resume as one two-way edge. The rules group by shape, never by a list of rows, so
+a new row lands in its group. The *full* diagram (`full=True`, `diagram --full`)
+draws every row as its own edge; the *path* drawing (`path=True`, the report's)
+only the states a run visited and the rows it fired.
 
 Given a run's trail (its `TransitionRecord`s, or the `transition.fired` events
 of its audit file), the states it visited and the rows it fired are highlighted,
@@ -28,7 +34,7 @@ import shutil
 import subprocess
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -39,6 +45,9 @@ from statemachine_agent.machine.table import Row
 
 FORMATS: tuple[str, ...] = ("mermaid", "dot", "svg", "png")
 """What `render_bytes` can produce; `svg` and `png` need a Graphviz renderer."""
+
+SUFFIXES: Mapping[str, str] = {".mmd": "mermaid", ".dot": "dot", ".svg": "svg", ".png": "png"}
+"""The format each file suffix stands for (`diagram -o FILE` takes its format from it)."""
 
 TEXT_FORMATS: tuple[str, ...] = ("mermaid", "dot")
 """The formats generated without any binary or network."""
@@ -56,6 +65,13 @@ RowKey = tuple[str, str, str, tuple[str, ...]]
 
 ANY_STATE = "any_working_state"
 """The box the review diagram draws the rows shared by every working state from."""
+
+ANY_HELPER = "any_helper_state"
+"""The box the review diagram draws the rows shared by every helper state from."""
+
+RESUMED_LABEL = "carry on where it stopped"
+"""What the one edge of an end state's resume rows says (they go back wherever the run
+stopped, one row per place)."""
 
 _GENERATED = "Generated from statemachine_agent/machine/table.py by `make diagrams`; do not edit."
 
@@ -191,11 +207,14 @@ def row_id(key: RowKey) -> str:
 
 @dataclass(frozen=True)
 class EdgeGroup:
-    """Rows that are the same fact from every working state, drawn as one edge."""
+    """Rows that are the same fact from every state of a box (every working state, or
+    every helper state), drawn as one edge from that box."""
 
     dest: str
     guards: tuple[str, ...]
     rows: tuple[Row, ...]
+    box: str = ANY_STATE
+    """Where the edge is drawn from: `ANY_STATE` or `ANY_HELPER`."""
 
     @property
     def sources(self) -> tuple[str, ...]:
@@ -212,25 +231,33 @@ class EdgeGroup:
 
     @property
     def id(self) -> str:
-        return f"group.{self.dest}" + (f".{'+'.join(self.guards)}" if self.guards else "")
+        prefix = "group" if self.box == ANY_STATE else "helpers"
+        return f"{prefix}.{self.dest}" + (f".{'+'.join(self.guards)}" if self.guards else "")
 
     @property
     def description(self) -> str:
+        which = "working" if self.box == ANY_STATE else "helper"
         return (
-            f"From every working state ({len(self.rows)} rows, triggers "
+            f"From every {which} state ({len(self.rows)} rows, triggers "
             f"{', '.join(self.triggers)}): {self.rows[0].description}"
         )
 
 
-def common_edges(rows: tuple[Row, ...] = table.ROWS) -> tuple[EdgeGroup, ...]:
-    """The rows the review diagram draws once: those that leave every working state for
-    the same destination under the same guards.
+def common_edges(
+    rows: tuple[Row, ...] | None = None, *, box: str = ANY_STATE
+) -> tuple[EdgeGroup, ...]:
+    """The rows the review diagram draws once: those that leave every state of `box`
+    (every working state, or every helper state) for the same destination under the
+    same guards.
 
     Rows sharing a trigger are grouped first (a crash, from every phase), then the
     rest by destination and guards alone (a cancel request, whatever the phase's
     trigger); a fallback that only some states have stays its own edge.
     """
-    working = set(table.WORKING_STATES + table.HELPER_STATES)
+    rows = table.ROWS if rows is None else rows
+    among = set(table.WORKING_STATES + table.HELPER_STATES)
+    if box == ANY_HELPER:
+        among = set(table.HELPER_STATES)
     groups: list[EdgeGroup] = []
     taken: set[RowKey] = set()
     for keyed in (
@@ -239,18 +266,18 @@ def common_edges(rows: tuple[Row, ...] = table.ROWS) -> tuple[EdgeGroup, ...]:
     ):
         found: dict[tuple[str, tuple[str, ...], str | None], list[Row]] = {}
         for row in rows:
-            if row.key not in taken:
+            if row.key not in taken and row.source in among:
                 found.setdefault(keyed(row), []).append(row)
         for (dest, guards, _trigger), members in found.items():
-            if {row.source for row in members} >= working:
-                groups.append(EdgeGroup(dest, guards, tuple(members)))
+            if among and {row.source for row in members} >= among:
+                groups.append(EdgeGroup(dest, guards, tuple(members), box))
                 taken.update(row.key for row in members)
     return tuple(groups)
 
 
 @dataclass(frozen=True)
 class Edge:
-    """One edge as drawn: a row, a group of rows, or a fired row the table lacks."""
+    """One edge as drawn: a row, rows that say one thing, or a fired row the table lacks."""
 
     source: str
     dest: str
@@ -258,67 +285,187 @@ class Edge:
     id: str
     description: str
     count: int = 0
-    """How often the run fired it (the sum over a group's rows)."""
+    """How often the run fired it (the sum over its rows)."""
     kind: str = "row"
-    """`row`, `group` or `unknown`."""
+    """`row`, `group` (rows drawn once, from or to a box) or `unknown`."""
     unfired: bool = False
-    """Marked as never fired (transition coverage: every row of a group unexercised)."""
+    """Marked as never fired (transition coverage: every row of it unexercised)."""
+    rows: tuple[RowKey, ...] = ()
+    """The table's rows this edge draws."""
+    back: Edge | None = None
+    """The edge the other way between the same two ends (a pause and its resume),
+    drawn as one two-way edge."""
+
+    @property
+    def fired(self) -> int:
+        """How often the run went along it, either way."""
+        return self.count + (self.back.count if self.back is not None else 0)
 
 
-def edges(marks: Highlight, *, full: bool = False) -> list[Edge]:
-    """The edges of the full or the review drawing, with the run's counts."""
-    groups = () if full else common_edges()
-    grouped = {row.key for group in groups for row in group.rows}
-    drawn = [
+def _row_edge(rows: list[Row], marks: Highlight) -> Edge:
+    """Rows between the same two states, drawn once: one label line per row."""
+    if len(rows) == 1:
+        row = rows[0]
+        key = row.key
+        count, unfired = marks.rows[key], key in marks.unfired
+        return Edge(row.source, row.dest, row.label, row_id(key), row.description, count,
+                    unfired=unfired, rows=(key,))  # fmt: skip
+    return Edge(
+        rows[0].source,
+        rows[0].dest,
+        "\n".join(row.label for row in rows),
+        f"rows.{rows[0].source}.{rows[0].dest}",
+        " / ".join(row.description for row in rows),
+        sum(marks.rows[row.key] for row in rows),
+        unfired=all(row.key in marks.unfired for row in rows),
+        rows=tuple(row.key for row in rows),
+    )
+
+
+def _group_edge(group: EdgeGroup, marks: Highlight) -> Edge:
+    return Edge(
+        group.box,
+        group.dest,
+        group.label,
+        group.id,
+        group.description,
+        sum(marks.rows[row.key] for row in group.rows),
+        "group",
+        unfired=all(row.key in marks.unfired for row in group.rows),
+        rows=tuple(row.key for row in group.rows),
+    )
+
+
+def _resume_edges(rows: list[Row], marks: Highlight) -> list[Edge]:
+    """Rows leaving one end state on one trigger for several states (a cancelled run
+    resumed wherever it stopped), drawn as one edge into the working states' box."""
+    found: dict[tuple[str, str], list[Row]] = {}
+    for row in rows:
+        if row.source in table.END_STATES:
+            found.setdefault((row.source, row.trigger), []).append(row)
+    return [
         Edge(
-            row.source,
-            row.dest,
-            row.label,
-            row_id(row.key),
-            row.description,
-            marks.rows[row.key],
-            unfired=row.key in marks.unfired,
-        )
-        for row in table.ROWS
-        if row.key not in grouped
-    ]
-    drawn += [
-        Edge(
+            source,
             ANY_STATE,
-            group.dest,
-            group.label,
-            group.id,
-            group.description,
-            sum(marks.rows[row.key] for row in group.rows),
+            f"{trigger}: {RESUMED_LABEL}",
+            f"group.{source}.{trigger}",
+            f"{len(members)} rows: " + " / ".join(row.description for row in members),
+            sum(marks.rows[row.key] for row in members),
             "group",
-            unfired=all(row.key in marks.unfired for row in group.rows),
+            unfired=all(row.key in marks.unfired for row in members),
+            rows=tuple(row.key for row in members),
         )
-        for group in groups
+        for (source, trigger), members in found.items()
+        if len({row.dest for row in members}) > 1
     ]
+
+
+def _two_way(drawn: list[Edge]) -> list[Edge]:
+    """An edge into an end state and the edge back out of it to where it came from (a
+    pause and its resume) become one two-way edge."""
+    backs: dict[tuple[str, str], Edge] = {
+        (edge.source, edge.dest): edge for edge in drawn if edge.source in table.END_STATES
+    }
+    paired: set[str] = set()
+    merged = []
+    for edge in drawn:
+        back = backs.get((edge.dest, edge.source))
+        if edge.dest in table.END_STATES and back is not None and back.id not in paired:
+            paired.add(back.id)
+            edge = replace(edge, back=back)
+        merged.append(edge)
+    return [edge for edge in merged if edge.id not in paired]
+
+
+def _review_edges(marks: Highlight) -> list[Edge]:
+    """The review drawing: rows shared by every working (or helper) state from its box,
+    an end state's resume rows as one edge, rows between the same two states as one
+    edge, and a pause with its resume as one two-way edge."""
+    shared = common_edges()
+    taken = {row.key for group in shared for row in group.rows}
+    rest = tuple(row for row in table.ROWS if row.key not in taken)
+    helpers = common_edges(rest, box=ANY_HELPER)
+    taken.update(row.key for group in helpers for row in group.rows)
+    left = [row for row in table.ROWS if row.key not in taken]
+    resumed = _resume_edges(left, marks)
+    taken.update(key for edge in resumed for key in edge.rows)
+    pairs: dict[tuple[str, str], list[Row]] = {}
+    for row in table.ROWS:
+        if row.key not in taken:
+            pairs.setdefault((row.source, row.dest), []).append(row)
+    drawn = [_row_edge(members, marks) for members in pairs.values()]
+    drawn += [_group_edge(group, marks) for group in (*helpers, *shared)]
+    return _two_way(drawn + resumed)
+
+
+def edges(marks: Highlight, *, full: bool = False, path: bool = False) -> list[Edge]:
+    """The edges of the review drawing, the full one (`full`: every row its own edge) or
+    the run's path (`path`: only the rows it fired), with the run's counts."""
+    if full or path:
+        drawn = [_row_edge([row], marks) for row in table.ROWS]
+        if path:
+            drawn = [edge for edge in drawn if edge.count]
+    else:
+        drawn = _review_edges(marks)
     drawn += [
-        Edge(key[0], key[2], f"{label(key)} (not in the table)", row_id(key), "", n, "unknown")
+        Edge(
+            key[0],
+            key[2],
+            f"{label(key)} (not in the table)",
+            row_id(key),
+            "",
+            n,
+            "unknown",
+            rows=(key,),
+        )
         for key in marks.unknown_rows
         for n in [marks.rows[key]]
     ]
     return drawn
 
 
-def marked_ids(trail: Trail, *, full: bool = False) -> tuple[set[str], set[str]]:
+def marked_ids(
+    trail: Trail, *, full: bool = False, path: bool = False
+) -> tuple[set[str], set[str]]:
     """The SVG ids of the edges a run fired and of the states it visited."""
     marks = highlight(trail)
-    fired = {edge.id for edge in edges(marks, full=full) if edge.count}
+    fired = {edge.id for edge in edges(marks, full=full, path=path) if edge.fired}
     return fired, {state_id(name) for name in marks.states}
 
 
 def unfired_ids(trail: Trail, *, full: bool = False) -> set[str]:
     """The SVG ids of the edges marked never fired (`Highlight.unfired`)."""
-    return {edge.id for edge in edges(highlight(trail), full=full) if edge.unfired}
+    return {
+        edge.id
+        for edge in edges(highlight(trail), full=full)
+        if edge.unfired and (edge.back is None or edge.back.unfired)
+    }
+
+
+def _box_note(box: str, names: Iterable[str]) -> str:
+    names = list(dict.fromkeys(names))
+    which = "working" if box == ANY_STATE else "helper"
+    half = (len(names) + 1) // 2
+    return f"any {which} state:\n{', '.join(names[:half])},\n{', '.join(names[half:])}"
 
 
 def _any_state_note(groups: tuple[EdgeGroup, ...]) -> str:
-    names = list(dict.fromkeys(name for group in groups for name in group.sources))
-    half = (len(names) + 1) // 2
-    return f"any working state:\n{', '.join(names[:half])},\n{', '.join(names[half:])}"
+    return _box_note(ANY_STATE, (name for group in groups for name in group.sources))
+
+
+def _box_states(box: str) -> tuple[str, ...]:
+    return table.HELPER_STATES if box == ANY_HELPER else table.WORKING_STATES + table.HELPER_STATES
+
+
+def _boxes(drawn: Iterable[Edge]) -> list[str]:
+    """The boxes some drawn edge leaves or enters, in a fixed order."""
+    ends = {end for edge in drawn for end in (edge.source, edge.dest)}
+    return [box for box in (ANY_STATE, ANY_HELPER) if box in ends]
+
+
+def _drawn_states(marks: Highlight, path: bool) -> tuple[str, ...]:
+    """Every state of the table, or (`path`) the ones the run visited."""
+    return tuple(name for name in table.STATES if not path or name in marks.states)
 
 
 def _state_class(name: str, marks: Highlight) -> str | None:
@@ -360,31 +507,43 @@ def mermaid_unescape(text: str) -> str:
     return re.sub(r"#(\d+);", lambda m: chr(int(m.group(1))), text)
 
 
-def mermaid(trail: Trail = None, *, full: bool = False) -> str:
+def _edge_text(edge: Edge, sep: str) -> str:
+    return edge.label.replace("\n", sep) + (_fired_suffix(edge.count) if edge.count else "")
+
+
+def mermaid(trail: Trail = None, *, full: bool = False, path: bool = False) -> str:
     """A Mermaid `stateDiagram-v2` of the table, with a run's path when `trail` is given.
 
-    End states lead to `[*]`; reserved states are dashed and say so; visited states
-    are green and every fired edge's label ends in its count, e.g. `(×2)`. The review
-    drawing unless `full`.
+    Reserved states are dashed and say so; visited states are green and every fired
+    edge's label ends in its count, e.g. `(×2)`. The review drawing unless `full`
+    (every row, end states leading to `[*]`) or `path` (only what the run did). Mermaid
+    has no two-way edge: the way back of one (a resume) is a note on its end state.
     """
     marks = highlight(trail)
-    drawn = edges(marks, full=full)
-    lines = ["stateDiagram-v2", f"    %% {_GENERATED}", f"    [*] --> {table.INITIAL_STATE}"]
-    for name in table.STATES:
+    drawn = edges(marks, full=full, path=path)
+    states = _drawn_states(marks, path)
+    lines = ["stateDiagram-v2", f"    %% {_GENERATED}"]
+    if table.INITIAL_STATE in states:
+        lines.append(f"    [*] --> {table.INITIAL_STATE}")
+    for name in states:
         notes: list[str] = []
         if name in table.RESERVED_STATES:
             notes.append("reserved, not reachable yet")
         if name in marks.states:
             notes.append(f"visited ×{marks.states[name]}")
         lines.append(f"    {name}: {mermaid_text('; '.join(notes))}" if notes else f"    {name}")
-    groups = () if full else common_edges()
-    if groups:
-        note = _any_state_note(groups).replace("\\n", " ")
-        lines.append(f"    {ANY_STATE}: {mermaid_text(note)}")
+    boxes = _boxes(drawn)
+    for box in boxes:
+        lines.append(f"    {box}: {mermaid_text(_box_note(box, _box_states(box)))}")
     for edge in drawn:
-        text = edge.label + (_fired_suffix(edge.count) if edge.count else "")
-        lines.append(f"    {edge.source} --> {edge.dest}: {mermaid_text(text)}")
-    lines.extend(f"    {name} --> [*]" for name in table.END_STATES)
+        lines.append(f"    {edge.source} --> {edge.dest}: {mermaid_text(_edge_text(edge, ', '))}")
+        if edge.back is not None:
+            back = edge.back
+            where = back.dest.replace("_", " ")
+            note = f"{_edge_text(back, ', ')}, back to {where}"
+            lines.append(f"    note right of {back.source} : {mermaid_text(note)}")
+    if full:
+        lines.extend(f"    {name} --> [*]" for name in table.END_STATES)
     styles = {
         "endState": f"fill:{_END_FILL},stroke:{_END_STROKE}",
         "reserved": f"fill:{_RESERVED_FILL},stroke:{_RESERVED_STROKE},stroke-dasharray:4 4",
@@ -393,12 +552,11 @@ def mermaid(trail: Trail = None, *, full: bool = False) -> str:
         "anyState": f"fill:#ffffff,stroke:{_GROUP_STROKE},stroke-dasharray:4 4",
     }
     members: dict[str, list[str]] = {name: [] for name in styles}
-    for name in table.STATES:
+    for name in states:
         cls = _state_class(name, marks)
         if cls is not None:
             members[cls].append(name)
-    if groups:
-        members["anyState"].append(ANY_STATE)
+    members["anyState"].extend(boxes)
     for cls, style in styles.items():
         if members[cls]:
             lines.append(f"    classDef {cls} {style}")
@@ -419,57 +577,97 @@ def _dot_attrs(attrs: Mapping[str, str]) -> str:
     return ", ".join(f"{key}={_dot_quote(value)}" for key, value in attrs.items())
 
 
-def dot(trail: Trail = None, *, full: bool = False) -> str:
+_CLUSTERS: Mapping[str, str] = {ANY_STATE: "cluster_working", ANY_HELPER: "cluster_helpers"}
+"""The Graphviz cluster that stands for each box of the review drawing."""
+
+
+def dot(trail: Trail = None, *, full: bool = False, path: bool = False) -> str:
     """Graphviz DOT of the table, with a run's path when `trail` is given.
 
     End states are double octagons, reserved states dashed (their tooltip says
     why); visited states are filled green and fired edges drawn thick, with counts.
-    The review drawing unless `full`; each node and edge carries its SVG id.
+    The review drawing (the loop's four phases, the helper states beside them and
+    the end states each in a box; an edge from or to a box stands for all its
+    states) unless `full` (every row) or `path` (the states the run visited and the
+    rows it fired). Each node and edge carries its SVG id.
     """
     marks = highlight(trail)
+    review = not (full or path)
+    states = _drawn_states(marks, path)
     lines = [
         "digraph agent_loop {",
         f"    // {_GENERATED}",
-        "    rankdir=LR;",
+        f"    rankdir={'TB' if review else 'LR'};",
         '    node [shape=box, style="rounded", fontname="Helvetica"];',
         '    edge [fontname="Helvetica", fontsize=12];',
-        '    __start [shape=point, label="", width=0.15];',
-        f"    __start -> {_dot_quote(table.INITIAL_STATE)};",
     ]
-    for name in table.STATES:
+    if review:
+        lines.append("    compound=true;")
+    if table.INITIAL_STATE in states:
+        lines += [
+            '    __start [shape=point, label="", width=0.15];',
+            f"    __start -> {_dot_quote(table.INITIAL_STATE)};",
+        ]
+    for name in states:
         lines.append(f"    {_dot_quote(name)} [{_dot_attrs(_dot_node(name, marks))}];")
-    groups = () if full else common_edges()
-    if groups:
-        attrs = {
-            "id": state_id(ANY_STATE),
-            "label": _any_state_note(groups).replace("\\n", "\n"),
-            "shape": "note",
-            "style": "dashed",
-            "color": _GROUP_STROKE,
-            "fontcolor": "#475467",
-            "tooltip": "Rows that leave every working state alike, drawn once each",
-        }
-        lines.append(f"    {_dot_quote(ANY_STATE)} [{_dot_attrs(attrs)}];")
-    ends = "; ".join(_dot_quote(name) for name in table.END_STATES)
-    lines.append(f"    {{ rank=sink; {ends}; }}")
-    for edge in edges(marks, full=full):
-        attrs = {"id": edge.id, "label": edge.label, "tooltip": edge.description or edge.label}
-        if edge.kind == "group":
-            attrs.update(style="dashed", color=_GROUP_STROKE)
-        if edge.kind == "unknown":
-            attrs.update(color=_UNKNOWN_STROKE, style="dashed", penwidth="2.5")
-        elif edge.count:
-            attrs.update(color=_VISITED_STROKE, fontcolor=_VISITED_STROKE, penwidth="2.5")
-        if edge.count:
-            attrs["label"] += _fired_suffix(edge.count)
-        elif edge.unfired:
-            attrs["label"] += f" {NEVER_FIRED}"
-            attrs.update(color=_END_STROKE, fontcolor=_END_STROKE, style="dashed")
-        lines.append(
-            f"    {_dot_quote(edge.source)} -> {_dot_quote(edge.dest)} [{_dot_attrs(attrs)}];"
-        )
+    drawn = edges(marks, full=full, path=path)
+    if review:
+        lines += _dot_clusters()
+    else:
+        ends = "; ".join(_dot_quote(name) for name in table.END_STATES if name in states)
+        if ends:
+            lines.append(f"    {{ rank=sink; {ends}; }}")
+    for edge in drawn:
+        lines.append(_dot_edge(edge))
     lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+def _dot_clusters() -> list[str]:
+    """The review drawing's boxes: the loop and the helper states inside the working
+    states' box, and the end states."""
+
+    def names(states: Iterable[str]) -> str:
+        return " ".join(f"{_dot_quote(name)};" for name in states)
+
+    working, helpers = _CLUSTERS[ANY_STATE], _CLUSTERS[ANY_HELPER]
+    box = f'style="rounded,dashed"; color="{_GROUP_STROKE}"; fontcolor="#475467"'
+    return [
+        f'    subgraph {working} {{ id="box.{ANY_STATE}"; label="any working state"; {box};',
+        f'        subgraph cluster_loop {{ id="box.loop"; label="the loop"; style="rounded"; '
+        f'color="{_VISITED_STROKE}"; {names(table.WORKING_STATES)} }}',
+        f'        subgraph {helpers} {{ id="box.{ANY_HELPER}"; label="helper states"; {box}; '
+        f"{names(table.HELPER_STATES)} }}",
+        "    }",
+        f'    subgraph cluster_ends {{ id="box.end_states"; label="end states"; {box}; '
+        f"{names(table.END_STATES)} }}",
+    ]
+
+
+def _dot_edge(edge: Edge) -> str:
+    attrs = {"id": edge.id, "label": edge.label, "tooltip": edge.description or edge.label}
+    source, dest = edge.source, edge.dest
+    if source in _CLUSTERS:  # from a box: drawn from its first state, clipped at the box
+        attrs["ltail"] = _CLUSTERS[source]
+        source = _box_states(source)[0]
+    if dest in _CLUSTERS:
+        attrs["lhead"] = _CLUSTERS[dest]
+        dest = _box_states(dest)[0]
+    if edge.kind == "group":
+        attrs.update(style="dashed", color=_GROUP_STROKE)
+    if edge.kind == "unknown":
+        attrs.update(color=_UNKNOWN_STROKE, style="dashed", penwidth="2.5")
+    elif edge.fired:
+        attrs.update(color=_VISITED_STROKE, fontcolor=_VISITED_STROKE, penwidth="2.5")
+    if edge.count:
+        attrs["label"] += _fired_suffix(edge.count)
+    elif edge.unfired:
+        attrs["label"] += f" {NEVER_FIRED}"
+        attrs.update(color=_END_STROKE, fontcolor=_END_STROKE, style="dashed")
+    if edge.back is not None:
+        attrs["label"] += f"\nback: {_edge_text(edge.back, chr(10))}"
+        attrs["dir"] = "both"
+    return f"    {_dot_quote(source)} -> {_dot_quote(dest)} [{_dot_attrs(attrs)}];"
 
 
 def _dot_node(name: str, marks: Highlight) -> dict[str, str]:
@@ -541,7 +739,7 @@ class Rendering:
     renderer: Renderer
 
 
-def rendered(fmt: str, trail: Trail = None, *, full: bool = False) -> Rendering:
+def rendered(fmt: str, trail: Trail = None, *, full: bool = False, path: bool = False) -> Rendering:
     """The diagram rendered to `svg` or `png` by `find_renderer()`'s program.
 
     Raises `GraphvizNotFoundError` when there is none: the text formats need
@@ -554,7 +752,7 @@ def rendered(fmt: str, trail: Trail = None, *, full: bool = False) -> Rendering:
         )
     done = subprocess.run(
         [renderer.path, f"-T{fmt}"],
-        input=dot(trail, full=full).encode("utf-8"),
+        input=dot(trail, full=full, path=path).encode("utf-8"),
         capture_output=True,
         check=False,
         timeout=60,

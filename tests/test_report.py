@@ -447,18 +447,18 @@ class TestInBrowser:
         reports: Mapping[str, tuple[Path, list[Event]]],
         scenario: str,
     ) -> None:
-        """The inline SVG diagram is drawn, with one highlighted edge per fired row."""
+        """The run's path is drawn as an inline SVG, with one highlighted edge per fired row."""
         path, events = reports[scenario]
         open_report(browser, path)
-        svg = browser.find_element(By.CSS_SELECTOR, "#diagram svg.machine")
+        svg = browser.find_element(By.CSS_SELECTOR, "#path svg.machine")
         assert svg.size["width"] > 500
-        assert svg.size["height"] > 200
+        assert svg.size["height"] > 100
         trail = [e for e in events if e["event"] == "transition.fired"]
-        fired = browser.find_elements(By.CSS_SELECTOR, "svg.machine g.edge.fired")
+        fired = browser.find_elements(By.CSS_SELECTOR, "#path svg.machine g.edge.fired")
         assert len(fired) == len(diagrams.highlight(trail).rows)
         stroke = fired[0].find_element(By.TAG_NAME, "path").value_of_css_property("stroke")
         assert stroke == "rgb(2, 122, 72)", "fired edges are drawn in the visited colour"
-        visited = browser.find_elements(By.CSS_SELECTOR, "svg.machine g.node.visited")
+        visited = browser.find_elements(By.CSS_SELECTOR, "#path svg.machine g.node.visited")
         assert {
             v.find_element(By.TAG_NAME, "title").get_attribute("textContent") for v in visited
         } == {e["dest"] for e in trail} | {trail[0]["source"]}
@@ -507,3 +507,92 @@ class TestInBrowser:
         assert answer == f"text {HOSTILE}"
         flagged = browser.find_elements(By.CSS_SELECTOR, "article.iteration.has-error")
         assert len(flagged) == 1
+
+
+# -- what a reviewer sees at 1,280 px ------------------------------------------------
+
+LONG_ID = "run_" + "x" * 300
+"""A run id with no place to break a line."""
+
+
+def reviewed_run(events: list[Event]) -> list[Event]:
+    """The approval demo's events as a reviewer's run would have them: a long run id, a
+    person's decision (who, note, wait) and a typed answer (the final-answer envelope)."""
+    out = []
+    for event in events:
+        event = {**event, "run_id": LONG_ID}
+        if event["event"] == "approval.decided" and event.get("decision") == "approve":
+            event.update(by="carol", decided_by="person", note="within policy", waited_s=7260)
+        if event["event"] == "run.ended" and event.get("end_state") != "awaiting_approval":
+            envelope = {"status": "completed", "summary": "", "result": {"city": "Umeda"}}
+            event.update(text="", data=envelope)
+        out.append(event)
+    return out
+
+
+class TestReviewerLayout:
+    """At 1,280 x 900 the page reads top-down and nothing scrolls sideways."""
+
+    def test_first_screen_and_width(
+        self,
+        browser: webdriver.Chrome,
+        reports: Mapping[str, tuple[Path, list[Event]]],
+        tmp_path: Path,
+    ) -> None:
+        """The end-state badge and the first timeline entry are in the first viewport;
+        neither the page nor a diagram's box (the folded whole machine included) is wider
+        than the window; the approval, pause and resume are entries of the timeline."""
+        _path, events = reports["approval"]
+        audit = tmp_path / "reviewed.jsonl"
+        audit.write_text(
+            "".join(json.dumps(e) + "\n" for e in reviewed_run(events)), encoding="utf-8"
+        )
+        page = tmp_path / "reviewed.html"
+        assert main(["report", str(audit), "-o", str(page)]) == 0
+        browser.set_window_size(1280, 900)
+        assert open_report(browser, page) == []
+        height = browser.execute_script("return window.innerHeight")
+        badge = browser.find_element(By.CSS_SELECTOR, "#outcome .badge.end").rect
+        assert badge["y"] >= 0
+        assert badge["y"] + badge["height"] <= height
+        entry = browser.find_element(By.CSS_SELECTOR, "#timeline article h3").rect
+        assert entry["y"] + entry["height"] <= height, "the first entry starts on screen"
+        browser.find_element(By.CSS_SELECTOR, "details.machine summary").click()
+        wide = browser.execute_script(
+            "const el = [document.documentElement, document.body,"
+            " ...document.querySelectorAll('.diagram, section, h1')];"
+            "return el.filter(e => e.scrollWidth > e.clientWidth).map(e => e.id || e.tagName);"
+        )
+        assert wide == []
+        width = browser.execute_script("return document.documentElement.clientWidth")
+        for svg in browser.find_elements(By.CSS_SELECTOR, "svg.machine"):
+            assert svg.rect["x"] >= 0
+            assert svg.rect["x"] + svg.rect["width"] <= width
+        order = browser.execute_script(
+            "return [...document.querySelectorAll('main > *')].map(e => e.id || e.className)"
+        )
+        assert order[:4] == ["run", "outcome", "timeline", "diagram"]
+        header = browser.find_element(By.CSS_SELECTOR, "header.run").text
+        assert "waiting for people" in header
+        reviews = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "li.note.review")]
+        assert any("carol" in t and "within policy" in t and "2 h 1 min" in t for t in reviews)
+        assert any(t.startswith("run.paused") for t in reviews)
+        assert any(t.startswith("run.resumed") for t in reviews)
+        typed = browser.find_element(By.CSS_SELECTOR, "#outcome .answer.output").text
+        assert "Umeda" in typed
+        assert "(no text)" not in browser.page_source
+
+    def test_old_files_still_show_their_decisions(self) -> None:
+        """An `approval.decided` without who, note or wait (an older file) is still an
+        entry, and a decision of any odd shape is shown as text, never a traceback."""
+        from statemachine_agent.report._reading import _review_note
+
+        note = _review_note("approval.decided", {"decision": "deny", "source": "policy"})
+        assert note is not None
+        assert note.error
+        assert "deny" in note.text
+        for odd in (None, 3, ["x"], {"a": 1}, "", True):
+            event = {"decision": odd, "by": odd, "note": odd, "waited_s": odd, "tool": odd}
+            made = _review_note("approval.decided", event)
+            assert made is not None
+            assert isinstance(made.text, str)

@@ -378,6 +378,23 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return verification.exit_code
 
 
+def _diagram_format(given: str | None, output: str | None) -> str:
+    """The format `-o FILE` asks for by its suffix, else `--format`, else Mermaid; a
+    suffix that contradicts `--format` is a usage error (`run.svg` holding Mermaid
+    text helps nobody)."""
+    implied = diagrams.SUFFIXES.get(Path(output).suffix.lower()) if output else None
+    if given is not None and implied is not None and given != implied:
+        raise UsageError(
+            f"-o {output} asks for {implied} by its suffix, but --format is {given}: "
+            f"drop --format, or give -o a {_suffix_of(given)} name"
+        )
+    return given or implied or "mermaid"
+
+
+def _suffix_of(fmt: str) -> str:
+    return next(suffix for suffix, name in diagrams.SUFFIXES.items() if name == fmt)
+
+
 def cmd_diagram(args: argparse.Namespace) -> int:
     trail = None
     if args.run_id and not args.run:
@@ -394,6 +411,7 @@ def cmd_diagram(args: argparse.Namespace) -> int:
             raise UsageError(
                 f"{args.run} has no transition.fired events of run {chosen!r} to highlight{known}"
             )
+    args.format = _diagram_format(args.format, args.output)
     if args.format == "png" and not args.output:
         raise UsageError("--format png writes a binary image: give -o FILE.png")
     try:
@@ -494,8 +512,8 @@ def parser() -> argparse.ArgumentParser:
     diagram.add_argument(
         "--format",
         choices=diagrams.FORMATS,
-        default="mermaid",
-        help="mermaid and dot are text; svg and png are rendered by Graphviz (default: mermaid)",
+        help="mermaid and dot are text; svg and png are rendered by Graphviz (default: "
+        "taken from -o's suffix, .mmd .dot .svg .png; else mermaid)",
     )
     diagram.add_argument("--run", metavar="AUDIT.jsonl", help="highlight the path of a run")
     diagram.add_argument(
@@ -507,8 +525,8 @@ def parser() -> argparse.ArgumentParser:
     diagram.add_argument(
         "--full",
         action="store_true",
-        help="draw every row as its own edge (default: the cancel and crash rows that "
-        "every working state shares are drawn once)",
+        help="draw every row as its own edge (default: the review diagram, where rows "
+        "that say one thing are drawn once)",
     )
     diagram.add_argument("-o", "--output", metavar="FILE", help="default: stdout")
     diagram.set_defaults(func=cmd_diagram)

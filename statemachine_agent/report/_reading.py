@@ -23,6 +23,7 @@ from statemachine_agent.report._records import (
     ToolRun,
     Transition,
 )
+from statemachine_agent.report.fmt import duration
 from statemachine_agent.report.fold import ITERATIONS_CAP, POINTS_CAP, ROWS_CAP
 
 MODEL_STATE = "reason"
@@ -92,6 +93,7 @@ class RunReader:
         self.failed_tool_calls = 0
         self.summaries = _Summaries()
         self.calls: Counter[str] = Counter()
+        self.clock = _Clock()
 
     def add(self, event: Mapping[str, Any]) -> None:
         if not self.count:
@@ -100,6 +102,7 @@ class RunReader:
             }
         self.count += 1
         name = event.get("event")
+        self.clock.add(event)
         transition: Transition | None = None
         if name == "run.started" and self.started is None:
             self.started = event
@@ -175,6 +178,9 @@ class RunReader:
             tool_call_count=self.tool_calls,
             failed_tool_call_count=self.failed_tool_calls,
             summaries_left_out=self.summaries.left_out,
+            wall_s=self.clock.wall_s,
+            waited_s=self.clock.waited_s,
+            pauses=self.clock.pauses,
         )
 
 
@@ -225,6 +231,40 @@ class _Summaries:
                 )
             )
             self.call = None
+
+
+PAUSED = "awaiting_approval"
+"""The end state a run pauses in until people decide; its `run.ended` is a pause."""
+
+
+class _Clock:
+    """The run's wall time by its events' `ts`, and the time it waited for people: from
+    each pause to the `run.resumed` after it (a file without `ts` gives none)."""
+
+    def __init__(self) -> None:
+        self.first: float | None = None
+        self.last: float | None = None
+        self.paused_at: float | None = None
+        self.waited_s = 0.0
+        self.pauses = 0
+
+    def add(self, event: Mapping[str, Any]) -> None:
+        ts = event.get("ts")
+        if not isinstance(ts, int | float) or isinstance(ts, bool):
+            return
+        self.first = ts if self.first is None else min(self.first, ts)
+        self.last = ts if self.last is None else max(self.last, ts)
+        name = event.get("event")
+        if name == "run.ended" and event.get("end_state") == PAUSED:
+            self.paused_at = ts
+            self.pauses += 1
+        elif name == "run.resumed" and self.paused_at is not None:
+            self.waited_s += max(0.0, ts - self.paused_at)
+            self.paused_at = None
+
+    @property
+    def wall_s(self) -> float | None:
+        return None if self.first is None or self.last is None else self.last - self.first
 
 
 # -- segmenting ----------------------------------------------------------------------
@@ -321,6 +361,11 @@ class _Segment:
                 self.transitions.append(transition)
             else:
                 self.left["transitions"] += 1
+        review = _review_note(name, event)
+        if review is not None and len(self.notes) < ROWS_CAP:
+            self.notes.append(review)
+        elif review is not None:
+            self.left["notes"] += 1
         if name in _NOTE_EVENTS:
             if len(self.notes) < ROWS_CAP:
                 self.notes.append(Note(name, _note_text(name, event), _NOTE_EVENTS[name]))
@@ -456,6 +501,41 @@ def _outcome(event: Mapping[str, Any]) -> Outcome:
         cost_usd=as_float(event.get("cost_usd")),
         elapsed_s=as_float(event.get("elapsed_s")),
     )
+
+
+REVIEW_EVENTS = ("approval.decided", "run.paused", "run.resumed")
+"""The notes a reviewer looks for first: a decision on a call, a pause (`run.ended` in
+`awaiting_approval`, named `run.paused` here) and a resume."""
+
+
+def _review_note(name: str, event: Mapping[str, Any]) -> Note | None:
+    """A decision, pause or resume as one sentence; the fields added to `approval.decided`
+    later (`by`, `decided_by`, `note`, `waited_s`) are read when there, so an older file
+    still shows its decisions."""
+    if name == "approval.decided":
+        decision = as_str(event.get("decision")) or "decided"
+        who = as_str(event.get("by")) or ""
+        kind = as_str(event.get("decided_by")) or as_str(event.get("source"))
+        text = f"{decision}: {as_str(event.get('tool'))} ({as_str(event.get('tool_use_id'))})"
+        if who:
+            text += f" by {who}"
+        if kind:
+            text += f" ({kind})"
+        waited = event.get("waited_s")
+        if isinstance(waited, int | float) and not isinstance(waited, bool):
+            text += f" · waited {duration(max(0.0, float(waited)))}"
+        note = as_str(event.get("note")) if event.get("note") is not None else ""
+        if note:
+            text += f" · note: {note}"
+        return Note(name, text, decision == "deny")
+    if name == "run.ended" and event.get("end_state") == PAUSED:
+        details = as_mapping(event.get("details"))
+        pending = details.get("pending")
+        calls = f" ({len(pending)} calls waiting)" if isinstance(pending, list) else ""
+        return Note("run.paused", f"paused for a decision{calls}", False)
+    if name == "run.resumed":
+        return Note(name, f"resumed from {as_str(event.get('state')) or 'its checkpoint'}", False)
+    return None
 
 
 def _note_text(name: str, event: Mapping[str, Any]) -> str:

@@ -276,6 +276,13 @@ class Report:
     failed_tool_call_count: int | None = None
     summaries_left_out: int = 0
     """Summaries past the `ITERATIONS_CAP` kept in `summaries`."""
+    wall_s: float | None = None
+    """From the run's first event to its last, by their `ts` (a paused run's wait included;
+    `Outcome.elapsed_s` is the engine's own clock)."""
+    waited_s: float = 0.0
+    """Time spent waiting for people: from each pause (`run.ended` in `awaiting_approval`)
+    to the `run.resumed` after it."""
+    pauses: int = 0
 
     @property
     def children(self) -> tuple[tuple[Iteration, ToolRun], ...]:

@@ -10,7 +10,7 @@ id, without counts), or the Mermaid text of the run's path.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from statemachine_agent import diagrams
@@ -22,36 +22,55 @@ class Drawing:
 
     note: str
     svg: str | None = None
-    """Graphviz output (never audit text); None when only the text form is left."""
+    """Graphviz output (never audit text) of the run's path: the states it visited and
+    the rows it fired; None when only the text form is left."""
     text: str | None = None
-    """The Mermaid diagram with the run's path, when there is no SVG."""
+    """The Mermaid drawing of the run's path, when there is no SVG."""
     fired: frozenset[str] = frozenset()
-    """SVG ids of the edges the run fired."""
+    """SVG ids of the edges the run fired, on the path drawing."""
     visited: frozenset[str] = frozenset()
     """SVG ids of the states it visited."""
+    machine_svg: str | None = None
+    """The whole machine (the review diagram), folded under the path."""
+    machine_fired: frozenset[str] = frozenset()
+    """SVG ids of the edges the run fired, on the whole machine."""
 
 
 def drawing(trail: Iterable[Any] | diagrams.Highlight) -> Drawing:
-    """The best drawing of the machine with the run's path that this install can make
-    (`trail`: the run's transitions, or their counts, `diagrams.Tally`)."""
+    """The best drawing of the run's path that this install can make, with the whole
+    machine beside it (`trail`: the run's transitions, or their counts, `diagrams.Tally`).
+
+    The path is drawn on its own (only what the run did), so it fits a page; the whole
+    machine is the review diagram with the path marked."""
     steps = diagrams.highlight(trail if isinstance(trail, diagrams.Highlight) else list(trail))
-    ids = diagrams.marked_ids(steps)
-    fired, visited = frozenset(ids[0]), frozenset(ids[1])
+    path_fired, visited = diagrams.marked_ids(steps, path=True)
+    machine_fired, _ = diagrams.marked_ids(steps)
+    marks = Drawing(
+        "",
+        fired=frozenset(path_fired),
+        visited=frozenset(visited),
+        machine_fired=frozenset(machine_fired),
+    )
     problem = "no Graphviz renderer is installed"
     renderer = diagrams.find_renderer()
     if renderer is not None:
         try:
-            svg = diagrams.rendered("svg", steps).data.decode("utf-8")
+            path = diagrams.rendered("svg", steps, path=True).data.decode("utf-8")
+            machine = diagrams.rendered("svg", steps).data.decode("utf-8")
         except (diagrams.GraphvizError, OSError, UnicodeDecodeError) as exc:
             problem = f"{renderer.name} failed ({exc})"
         else:
-            return Drawing(f"Rendered by {renderer.name}.", svg, None, fired, visited)
+            return replace(
+                marks, note=f"Rendered by {renderer.name}.", svg=path, machine_svg=machine
+            )
     packaged = diagrams.packaged_svg()
+    note = f"Text form of the run's path, as {problem}"
     if packaged is not None:
-        note = (
-            f"The diagram shipped with the package, as {problem}: the run's path is "
-            "highlighted without counts (the timeline below has them)."
+        note += (
+            "; the whole machine is the diagram shipped with the package, the path marked "
+            "without counts (the timeline has them)."
         )
-        return Drawing(note, packaged, None, fired, visited)
-    note = f"Text form of the diagram, as {problem} and the package's diagram is missing."
-    return Drawing(note, text=diagrams.mermaid(steps))
+    else:
+        note += " and the package's diagram is missing."
+    text = diagrams.mermaid(steps, path=True)
+    return replace(marks, note=note, text=text, machine_svg=packaged)

@@ -31,6 +31,18 @@ def seconds(value: float) -> str:
     return f"{value:.2f} s"
 
 
+def duration(value: float) -> str:
+    """A duration a person waited: `seconds` below a minute, else `2 h 5 min`, `3 min 4 s`."""
+    if value < 60:
+        return seconds(value)
+    whole = round(value)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours} h {minutes} min"
+    return f"{minutes} min {secs} s"
+
+
 _NOT_PRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
 """C0 and C1 control characters other than tab and newline (an escape sequence from a
 file could move the cursor, retitle the window or hide text), and lone surrogates

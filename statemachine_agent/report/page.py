@@ -30,6 +30,7 @@ from typing import Any
 from markupsafe import Markup
 
 from statemachine_agent.audit.chain import Verification
+from statemachine_agent.report._reading import REVIEW_EVENTS
 from statemachine_agent.report.build import (
     Iteration,
     ModelCall,
@@ -41,7 +42,7 @@ from statemachine_agent.report.build import (
 )
 from statemachine_agent.report.chart import budget_chart
 from statemachine_agent.report.drawing import Drawing
-from statemachine_agent.report.fmt import count, seconds, usd
+from statemachine_agent.report.fmt import count, duration, seconds, usd
 from statemachine_agent.report.fold import left_out
 
 _GROUP = re.compile(r'<g id="([^"]*)" class="(node|edge)">')
@@ -84,9 +85,9 @@ def render(
     body = [
         _header(report, source, verification),
         _outcome(report, outcome),
+        _timeline(report),
         _diagram(diagram),
         _budget(report),
-        _timeline(report),
         Markup(
             "<footer>Built by <code>statemachine-agent report</code> from {} audit events{}."
             "</footer>"
@@ -120,6 +121,15 @@ def _header(report: Report, source: str, verification: Verification | None) -> M
     if report.started_ts is not None:
         started = datetime.fromtimestamp(report.started_ts, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
         meta.append(f"started {started}")
+    if report.wall_s is not None:
+        meta.append(f"wall time {duration(report.wall_s)}")
+    if report.pauses:
+        paused = f"{report.pauses} pause{'s' if report.pauses != 1 else ''}"
+        meta.append(
+            Markup('<span class="waited">waiting for people {} ({})</span>').format(
+                duration(report.waited_s), paused
+            )
+        )
     meta.append(f"{report.iteration_count} iterations, {report.transitions_fired} transitions")
     prompt = (
         Markup(
@@ -151,11 +161,12 @@ def _outcome(report: Report, outcome: Outcome | None) -> Markup:
             "</p></section>"
         )
     kind = "success" if outcome.success else "failure"
+    typed = _typed_output(outcome.data)
     data = (
         Markup(
-            '<details class="data" open><summary>Structured result (data)</summary>'
+            '<details class="data"{}><summary>Structured result (data)</summary>'
             "<pre>{}</pre></details>"
-        ).format(_json(outcome.data))
+        ).format(Markup("") if typed else Markup(" open"), _json(outcome.data))
         if outcome.data is not None
         else ""
     )
@@ -171,11 +182,12 @@ def _outcome(report: Report, outcome: Outcome | None) -> Markup:
         ("wall time", seconds(outcome.elapsed_s)),
     ]
     grid = _join(Markup("<div><dt>{}</dt><dd>{}</dd></div>").format(k, v) for k, v in stats)
-    answer = (
-        Markup('<div class="answer">{}</div>').format(outcome.text)
-        if outcome.text
-        else Markup('<p class="muted">(no text)</p>')
-    )
+    if typed:
+        answer = typed
+    elif outcome.text:
+        answer = Markup('<div class="answer">{}</div>').format(outcome.text)
+    else:
+        answer = Markup('<p class="muted">(no text)</p>')
     return Markup(
         '<section id="outcome" class="outcome {kind}"><h2>Result</h2>'
         '<p class="end"><span class="badge end {kind}">{end}</span> '
@@ -191,21 +203,46 @@ def _outcome(report: Report, outcome: Outcome | None) -> Markup:
     )
 
 
+def _typed_output(data: Any) -> Markup | None:
+    """The typed answer of a run with an output type: the `result` of the final-answer
+    envelope (`{"status", "summary", "result"}`), a mapping shown field by field."""
+    if not (isinstance(data, dict) and "result" in data and "status" in data):
+        return None
+    result = data["result"]
+    if isinstance(result, dict) and result:
+        rows = _join(
+            Markup("<tr><th>{}</th><td>{}</td></tr>").format(
+                key, value if isinstance(value, str) else _json(value)
+            )
+            for key, value in result.items()
+        )
+        body = Markup('<table class="typed">{}</table>').format(rows)
+    else:
+        body = Markup("<pre>{}</pre>").format(result if isinstance(result, str) else _json(result))
+    return Markup('<div class="answer output"><h3>Typed output</h3>{}</div>').format(body)
+
+
 def _diagram(diagram: Drawing | None) -> Markup:
+    # The SVGs are Graphviz's own output: every label in them was escaped by Graphviz.
     if diagram is None:
         inner = Markup('<p class="muted">No diagram.</p>')
     elif diagram.svg is not None:
         svg = mark_diagram(diagram.svg, diagram.fired, diagram.visited)
-        # Graphviz's own output: every label in it was escaped by Graphviz as XML text.
-        inner = Markup('<p class="muted">{}</p><div class="diagram">{}</div>').format(
+        inner = Markup('<p class="muted">{}</p><div class="diagram" id="path">{}</div>').format(
             diagram.note, Markup(svg)
         )
     else:
         inner = Markup('<p class="muted">{}</p><pre>{}</pre>').format(
             diagram.note, diagram.text or ""
         )
+    if diagram is not None and diagram.machine_svg is not None:
+        machine = mark_diagram(diagram.machine_svg, diagram.machine_fired, diagram.visited)
+        inner += Markup(
+            '<details class="machine"><summary>The whole machine, this path marked</summary>'
+            '<div class="diagram" id="machine">{}</div></details>'
+        ).format(Markup(machine))
     return Markup(
-        '<section id="diagram"><h2>State machine</h2>'
+        '<section id="diagram"><h2>The path this run took</h2>'
         '<p class="legend"><span class="key visited">visited state</span>'
         '<span class="key fired">fired transition (×count)</span>'
         '<span class="key end">end state</span></p>'
@@ -242,15 +279,14 @@ def mark_diagram(
 
 
 def _scalable(match: re.Match[str]) -> str:
-    """The `<svg` tag without a fixed height: the page's width (CSS `min-width: 100%`),
-    but never narrower than three quarters of the drawing's own size (its `width`
-    attribute, in px where Graphviz gave pt), so its 12 pt labels stay readable (the
-    section scrolls sideways instead). An attribute, not a style: the page's CSP
-    allows no style attribute."""
+    """The `<svg` tag without a fixed size: it is scaled by its `viewBox` to the page's
+    width (CSS `width: 100%`), never wider than its own size (`max-width`, in px where
+    Graphviz gave pt), so nothing scrolls sideways. An attribute, not a style: the
+    page's CSP allows no style attribute."""
     size = re.fullmatch(r"([\d.]+)pt", match.group(1))
     if size is None:
         return '<svg class="machine"'
-    return f'<svg class="machine" width="{float(size.group(1)):.0f}"'
+    return f'<svg class="machine" width="{float(size.group(1)) * 4 / 3:.0f}"'
 
 
 def _budget(report: Report) -> Markup:
@@ -323,8 +359,11 @@ def _segment(iteration: Iteration, title: str, cls: str) -> Markup:
         )
     if iteration.notes:
         notes = _join(
-            Markup('<li class="note{}"><code>{}</code> {}</li>').format(
-                " error" if n.error else "", n.event, n.text
+            Markup('<li class="note{}{}"><code>{}</code> {}</li>').format(
+                " error" if n.error else "",
+                " review" if n.event in REVIEW_EVENTS else "",
+                n.event,
+                n.text,
             )
             for n in iteration.notes
         )
@@ -561,8 +600,20 @@ pre { background: #f2f4f7; border-radius: 6px; padding: 8px 10px; overflow-x: au
 .legend .visited::before { background: var(--ok-bg); border: 2px solid #000; }
 .legend .fired::before { height: 3px; background: var(--ok); vertical-align: 3px; }
 .legend .end::before { border: 2px solid var(--bad); }
-.diagram { overflow: auto; max-height: 85vh; border: 1px solid var(--line); border-radius: 6px; }
-svg.machine { display: block; min-width: 100%; height: auto; }
+.diagram { overflow: hidden; border: 1px solid var(--line); border-radius: 6px; }
+svg.machine { display: block; max-width: 100%; height: auto; margin: 0 auto; }
+details.machine { margin-top: 10px; } details.machine summary { cursor: pointer; }
+h1 code { overflow-wrap: anywhere; } h1 { overflow-wrap: anywhere; }
+.waited { color: var(--ink); font-weight: 600; }
+.note.review { list-style: none; margin: 4px 0 4px -18px; padding: 4px 8px;
+  border-left: 3px solid #7a5af8; background: #f4f3ff; border-radius: 4px; }
+.note.review.error { border-left-color: var(--bad); background: #fffbfa; }
+.answer.output h3 { display: block; font-size: 12px; color: var(--muted);
+  text-transform: uppercase; margin-bottom: 4px; }
+table.typed { border-collapse: collapse; } table.typed th { text-align: left;
+  padding: 2px 12px 2px 0; color: var(--muted); font-weight: 600; vertical-align: top; }
+table.typed td { white-space: pre-wrap; word-break: break-word; padding: 2px 0; }
+
 svg.machine g.edge:not(.fired) path, svg.machine g.edge:not(.fired) polygon { opacity: .45; }
 svg.machine g.edge:not(.fired) text { fill: #475467; }
 svg.machine g.edge.fired path { stroke: var(--ok); stroke-width: 2.5; }
