@@ -103,7 +103,25 @@ _LAZY = _exports()
 """Names imported on first use, with their modules."""
 
 
+__version__: str
+"""The installed distribution's version (read on first use, not at import)."""
+
+
+def _version() -> str:
+    """The version pip installed, or a marker when the package runs from a bare checkout
+    that was never installed (no distribution metadata to read)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("statemachine-agent")
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
 def __getattr__(name: str) -> object:
+    if name == "__version__":
+        globals()[name] = version = _version()
+        return version
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -19,27 +20,71 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A virtualenv with the package installed from a copy of its source (`pip install .`)."""
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel built from a copy of the source as a clone has it (`pip wheel .`)."""
     base = tmp_path_factory.mktemp("install")
     source = base / "src"
     source.mkdir()
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy(ROOT / name, source / name)
-    shutil.copytree(
-        ROOT / "statemachine_agent",
-        source / "statemachine_agent",
-        ignore=shutil.ignore_patterns("__pycache__"),
-    )
-    env = base / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(env)], check=True)
+    for package in ("statemachine_agent", "pytest_statemachine_agent", "scripts"):
+        shutil.copytree(
+            ROOT / package, source / package, ignore=shutil.ignore_patterns("__pycache__")
+        )
+    out = base / "wheels"
     subprocess.run(
-        [str(env / "bin" / "python"), "-m", "pip", "install", "--quiet", "."],
+        [sys.executable, "-m", "pip", "wheel", ".", "--no-deps", "--quiet", "-w", str(out)],
         cwd=source,
         check=True,
         capture_output=True,
     )
+    (built,) = out.glob("statemachine_agent-*.whl")
+    return built
+
+
+@pytest.fixture(scope="module")
+def venv(wheel: Path) -> Path:
+    """A fresh virtualenv with that wheel (and its dependencies) installed."""
+    env = wheel.parent.parent / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(env)], check=True)
+    subprocess.run(
+        [str(env / "bin" / "python"), "-m", "pip", "install", "--quiet", str(wheel)],
+        check=True,
+        capture_output=True,
+    )
     return env
+
+
+class TestTheWheel:
+    """What ships is the library: no repository scripts, and the licence it names."""
+
+    def test_no_repository_script_ships(self, wheel: Path) -> None:
+        """docgen reads and writes the checkout (README.md, docs/): it stays out of the
+        wheel, as does everything under scripts/."""
+        names = zipfile.ZipFile(wheel).namelist()
+        assert not [n for n in names if "docgen" in n or n.startswith("scripts/")]
+        assert "statemachine_agent/__init__.py" in names
+
+    def test_the_licence_ships(self, wheel: Path) -> None:
+        """The MIT licence the metadata names travels with the wheel."""
+        names = zipfile.ZipFile(wheel).namelist()
+        (licence,) = [n for n in names if n.endswith("LICENSE")]
+        assert "MIT License" in zipfile.ZipFile(wheel).read(licence).decode()
+
+
+@pytest.mark.timeout(300)
+def test_version_from_the_installed_wheel(venv: Path, tmp_path: Path) -> None:
+    """`statemachine-agent --version` and `__version__` name the installed version."""
+    from importlib import metadata
+
+    expected = metadata.version("statemachine-agent")
+    shown = cli(venv, "--version", cwd=tmp_path)
+    assert (shown.returncode, shown.stdout) == (0, f"statemachine-agent {expected}\n")
+    code = "import statemachine_agent; print(statemachine_agent.__version__)"
+    python = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True, check=True
+    )
+    assert python.stdout == f"{expected}\n"
 
 
 def cli(venv: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

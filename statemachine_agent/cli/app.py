@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
+import statemachine_agent
 from statemachine_agent import diagrams
 from statemachine_agent.cli.common import (
     AUDIT_HELP,
@@ -458,6 +459,9 @@ def parser() -> argparse.ArgumentParser:
 
     top = OneLineParser(
         prog="statemachine-agent", description="An auditable agent loop as a state machine."
+    )
+    top.add_argument(
+        "--version", action="version", version=f"%(prog)s {statemachine_agent.__version__}"
     )
     common = OneLineParser(add_help=False)
     common.add_argument(
