@@ -478,3 +478,32 @@ class TestReviewDrawing:
         assert diagrams.state_id("cancelled") in visited
         full_fired, _ = diagrams.marked_ids(trail, full=True)
         assert "row.act.tools_done.cancelled.cancel_requested" in full_fired
+
+
+class TestOutputSuffix:
+    """`diagram -o FILE` takes its format from the suffix; a contradicting --format is a
+    one-line usage error."""
+
+    @pytest.mark.parametrize(
+        ("suffix", "starts"),
+        [(".mmd", b"stateDiagram-v2"), (".dot", b"digraph"), (".svg", b"<?xml"),
+         (".png", b"\x89PNG")],
+    )  # fmt: skip
+    def test_the_suffix_picks_the_format(self, tmp_path: Path, suffix: str, starts: bytes) -> None:
+        from statemachine_agent.cli import main
+
+        target = tmp_path / f"machine{suffix}"
+        assert main(["diagram", "-o", str(target)]) == 0
+        assert target.read_bytes().startswith(starts)
+
+    def test_a_contradicting_format_is_refused(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        from statemachine_agent.cli import main
+
+        target = tmp_path / "run.svg"
+        assert main(["diagram", "--format", "mermaid", "-o", str(target)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1
+        assert "asks for svg" in err
+        assert not target.exists()
