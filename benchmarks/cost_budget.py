@@ -16,8 +16,6 @@ warm up and then once measured, in this process, with:
   summed (tracemalloc's traced size, read at every "return" and "c_return": a
   rise since the last reading counts, a fall does not), so a value built and
   kept for a moment (a `json.dumps` of the history) counts in full every time;
-- `retained_bytes`: what the run still holds when it has ended (its result and
-  record; garbage collected first), over what the process held before it;
 - `events`: `Emitter.emit` calls (whether or not anyone listens);
 - `sql_statements` and `store_bytes` (SQLite workload): statements the store's
   connection executed (`set_trace_callback`) and bytes it stored (`RunSummary.bytes`);
@@ -251,13 +249,10 @@ def _measured(
         gc.disable()
         tracemalloc.start()
         try:
-            before = tracemalloc.get_traced_memory()[0]
             with _counting(counts):
                 result, handed = loop.run_until_complete(
                     _drive(agent, "run_costmeasured000", streamed, history)
                 )
-            gc.collect()
-            retained = tracemalloc.get_traced_memory()[0] - before
         finally:
             tracemalloc.stop()
             gc.enable()
@@ -268,7 +263,6 @@ def _measured(
         "calls": counts.calls,
         "builtin_calls": counts.builtin_calls,
         "allocated_bytes": counts.allocated,
-        "retained_bytes": retained,
         "events": counts.events,
     }
     if store is not None:

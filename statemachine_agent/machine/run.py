@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from statemachine_agent.machine.settings import RunSettings
 from statemachine_agent.models.base import JSON, ModelError, ModelReply, Usage
+from statemachine_agent.policy.approval import ApprovalRecord
 from statemachine_agent.policy.budget import Budget
 from statemachine_agent.tools.base import ToolCall, ToolOutcome
 from statemachine_agent.unicode import repair_text
@@ -171,6 +172,11 @@ class ApprovalTrack:
     """tool_use ids whose approval was deferred to a human."""
     decisions: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Approval decisions by tool_use id, not yet applied."""
+    paused_at: float | None = None
+    """When the run last paused for approval (seconds since the epoch), so the decisions
+    that `resume` brings can say how long their calls waited (`waited_s`)."""
+    log: list[ApprovalRecord] = field(default_factory=list)
+    """Every decision made in the run, in order: `RunResult.approvals`."""
 
 
 @dataclass(slots=True)

@@ -14,18 +14,22 @@ import asyncio
 import copy
 import dataclasses
 import inspect
+import time
 from types import MappingProxyType
 from typing import Literal
 
 from statemachine_agent.machine.failures import ComponentError
 from statemachine_agent.machine.phase_env import PhaseEnv
 from statemachine_agent.policy.approval import (
+    ApprovalRecord,
     Approve,
     Defer,
     Deny,
     Edit,
     PolicyAnswer,
     decision_from_plain,
+    now_iso,
+    policy_name,
 )
 from statemachine_agent.tools.base import ErrorKind, ToolCall, ToolOutcome
 from statemachine_agent.tools.scope import RunScope, tool_scope
@@ -88,6 +92,9 @@ class Act:
             self._abandon(ctx, keyed, deps.effects.monotonic() - started)
             raise
         self._sort(ctx)
+        # The run pauses when calls wait: the pause time is what a person's decision
+        # on them, brought by `resume`, is measured from (`waited_s`).
+        run.approval.paused_at = time.time() if run.approval.awaiting else None
         return "tools_done"
 
     def _sort(self, ctx: PhaseEnv) -> None:
@@ -153,11 +160,16 @@ class Act:
         if tool is None or not tool.requires_approval:
             return call
         answer: PolicyAnswer
+        now = time.time()
+        decided_at, by = now, None
         if call.id in run.approval.decisions:
             # Kept until the call's outcome is recorded (`_record`): a process that dies
             # while the approved call runs leaves the decision in the store for the resume.
-            answer = decision_from_plain(run.approval.decisions[call.id])
-            source = "resume"
+            plain = run.approval.decisions[call.id]
+            answer = decision_from_plain(plain)
+            received = plain.get("decided_at")
+            decided_at = received if isinstance(received, int | float) else now
+            source: Literal["policy", "resume", "default"] = "resume"
         elif deps.approval is not None:
             try:
                 reply = deps.approval(call)
@@ -166,12 +178,10 @@ class Act:
                     raise TypeError(f"answered {type(answer).__name__}, not a decision")
             except Exception as exc:
                 raise ComponentError("approval policy", exc) from exc
-            source = "policy"
+            source, by = "policy", policy_name(deps.approval)
         else:
             answer, source = Defer(), "default"
-        ctx.emitter.emit("approval.decided", iteration=run.iteration, tool=call.name,
-                         tool_use_id=call.id, decision=type(answer).__name__.lower(),
-                         source=source)  # fmt: skip
+        self._log(ctx, call, answer, source, by, decided_at)
         if isinstance(answer, Approve):
             return call
         if isinstance(answer, Edit):
@@ -181,6 +191,40 @@ class Act:
                                is_error=True, error_kind="denied")  # fmt: skip
         run.approval.awaiting.append(call.id)
         return None
+
+    def _log(
+        self,
+        ctx: PhaseEnv,
+        call: ToolCall,
+        answer: PolicyAnswer,
+        source: Literal["policy", "resume", "default"],
+        policy: str | None,
+        decided_at: float,
+    ) -> None:
+        """Put the decision on the record (`RunResult.approvals`) and in the audit trail:
+        who decided (a person, the policy by name, or nobody), when, and how long the
+        call waited since the run paused for it (0 when it did not pause)."""
+        run = ctx.state
+        paused = run.approval.paused_at
+        if source != "resume":
+            waited: float | None = 0.0
+        else:
+            waited = None if paused is None else round(max(0.0, decided_at - paused), 3)
+        person = None if isinstance(answer, Defer) else answer.by
+        decision = ApprovalRecord(
+            tool_use_id=call.id,
+            tool=call.name,
+            decision=_KINDS[type(answer)],
+            source=source,
+            decided_by=_DECIDED_BY[source],
+            by=person or policy,
+            note=None if isinstance(answer, Defer) else answer.note,
+            decided_at=now_iso(decided_at),
+            waited_s=waited,
+        )
+        run.approval.log.append(decision)
+        ctx.emitter.emit("approval.decided", iteration=run.iteration, tool=call.name,
+                         tool_use_id=call.id, **decision.fields())  # fmt: skip
 
     def _record(self, ctx: PhaseEnv, call: ToolCall, outcome: ToolOutcome) -> None:
         """Keep the outcome (without its raw value, which need not be JSON) and checkpoint.
@@ -236,6 +280,19 @@ class Act:
 
 def _reused(call: ToolCall) -> ToolOutcome:
     """The answer to a call whose tool_use id an earlier call of the run already used.
+_KINDS: dict[type, Literal["approve", "deny", "edit", "defer"]] = {
+    Approve: "approve",
+    Deny: "deny",
+    Edit: "edit",
+    Defer: "defer",
+}
+_DECIDED_BY: dict[str, Literal["person", "policy", "default"]] = {
+    "resume": "person",
+    "policy": "policy",
+    "default": "default",
+}
+
+
 
     Its idempotency key (`<run_id>:<tool_use_id>`) would be the earlier call's, so a
     tool that deduplicates on it, as the docs advise, would drop it and report
