@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import anthropic
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from statemachine_agent.models.base import ModelReply, Usage
 from statemachine_agent.testing import (
     DEFAULT_USAGE,
+    deterministic_ids,
     new_id,
     reply,
     text,
@@ -164,3 +170,84 @@ def test_ids_are_unique_and_shaped_like_the_apis() -> None:
     assert len(set(ids)) == 200
     assert all(TOOL_USE_ID.match(i) for i in ids)
     assert MESSAGE_ID.match(new_id("msg"))
+
+
+_TWO_PROCESSES = """
+import sys
+from statemachine_agent import Agent, Approve, ScriptedModel, tool
+from statemachine_agent.testing import replies
+
+@tool(requires_approval=True)
+def pay(amount: int) -> str:
+    '''Pay an amount (needs approval).'''
+    return f"paid {amount}"
+
+@tool
+def balance() -> str:
+    '''The account's balance.'''
+    return "95"
+
+step, store = sys.argv[1], sys.argv[2]
+if step == "start":
+    script = [replies.tool_use("pay", {"amount": 5})]
+    agent = Agent(ScriptedModel(script), [pay, balance], checkpointer=store)
+    result = agent.run("pay 5", run_id="run_crossprocess")
+    print(result.end_state, result.details["pending"][0]["tool_use_id"])
+else:
+    script = [replies.tool_use("balance"), replies.text("done")]
+    agent = Agent(ScriptedModel(script), [pay, balance], checkpointer=store)
+    result = agent.resume("run_crossprocess", decisions={sys.argv[3]: Approve()})
+    print(result.end_state, result.reason)
+"""
+
+
+class TestIdsAcrossProcesses:
+    """Generated ids are unique across processes unless determinism is asked for."""
+
+    def test_a_scripted_run_resumed_in_another_process_passes_the_strict_validator(
+        self, tmp_path: Path
+    ) -> None:
+        """Each process builds its script's ids afresh; the resumed history (the first
+        process's calls, then the second's) still holds no tool_use id twice."""
+        store = str(tmp_path / "runs.sqlite3")
+        state, pending = _python(_TWO_PROCESSES, "start", store).split()
+        assert state == "awaiting_approval"
+        resumed = _python(_TWO_PROCESSES, "resume", store, pending)
+        assert resumed.startswith("completed"), resumed
+
+    def test_ids_differ_between_processes_and_match_within_a_seed(self) -> None:
+        code = (
+            "from statemachine_agent.testing import replies\n"
+            "print(*(replies.new_id('toolu') for _ in range(50)))\n"
+            "with replies.deterministic_ids('s'):\n"
+            "    print(*(replies.new_id('toolu') for _ in range(3)))\n"
+        )
+        random_ids, seeded = _python(code).splitlines()
+        here = {new_id("toolu") for _ in range(50)}
+        assert not here & set(random_ids.split())
+        with deterministic_ids("s"):
+            assert [new_id("toolu") for _ in range(3)] == seeded.split()
+
+    @settings(max_examples=20, deadline=None)
+    @given(seed=st.text(max_size=20), n=st.integers(1, 30))
+    def test_a_seeded_block_repeats_itself_and_leaves_the_rest_random(
+        self, seed: str, n: int
+    ) -> None:
+        with deterministic_ids(seed):
+            first = [tool_use("t")["content"][0]["id"] for _ in range(n)]
+        with deterministic_ids(seed):
+            again = [tool_use("t")["content"][0]["id"] for _ in range(n)]
+        assert first == again
+        assert len(set(first)) == n
+        assert all(TOOL_USE_ID.match(i) for i in first)
+        assert new_id("toolu") not in first
+
+
+def _python(code: str, *args: str) -> str:
+    """Run `code` in a fresh interpreter (the package from this checkout); its stdout."""
+    done = subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, check=False,
+        cwd=Path(__file__).resolve().parents[1],
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()

@@ -28,6 +28,8 @@ from statemachine_agent.testing.golden import (
 )
 from statemachine_agent.testing.replies import (
     DEFAULT_USAGE,
+    IdSequence,
+    deterministic_ids,
     new_id,
     reply,
     text,
@@ -61,6 +63,7 @@ __all__ = [
     "FakeAnthropicServer",
     "FakeError",
     "GoldenFileError",
+    "IdSequence",
     "InvalidRequestError",
     "PausedStream",
     "ScriptItem",
@@ -73,6 +76,7 @@ __all__ = [
     "assert_valid_request",
     "capture_events",
     "describe_problems",
+    "deterministic_ids",
     "error_body",
     "fired",
     "known_request_params",

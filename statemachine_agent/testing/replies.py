@@ -4,15 +4,22 @@ Tests script a run as a list of replies; building them here, in exactly the JSON
 shape the API returns, keeps every test honest about what the engine will really
 receive and spares each one from spelling out ids, usage and stop reasons.
 
-Ids are deterministic (a per-process counter, hashed) rather than random, so a
-scripted run produces the same transcript every time it is replayed.
+Ids are random by default, so they are unique across processes: a run scripted
+in one process and resumed from its checkpoint in another (or two test workers
+sharing a store) never reuses a tool_use id, which the API (and the strict
+server) refuse. A test that needs the same ids on every run (a transcript
+compared byte for byte) asks for them: inside `with deterministic_ids("seed"):`
+every id is derived from the seed and a counter of that block alone.
 """
 
 from __future__ import annotations
 
 import hashlib
 import itertools
-from collections.abc import Mapping
+import secrets
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 from statemachine_agent.models.base import DEFAULT_MODEL
@@ -28,14 +35,44 @@ DEFAULT_USAGE: Mapping[str, int] = {
 """The usage a built reply reports unless told otherwise: small, non-zero, uncached."""
 
 _ID_LENGTH = 24
-_counter = itertools.count(1)
+
+
+class IdSequence:
+    """Ids derived from a seed and a counter: the same seed gives the same ids, in the
+    same order, in any process (what `deterministic_ids` hands the builders)."""
+
+    def __init__(self, seed: str = "") -> None:
+        self.seed = seed
+        self._counter = itertools.count(1)
+
+    def __call__(self, prefix: str, sep: str = "_") -> str:
+        digest = hashlib.sha256(f"{self.seed}\0{prefix}{next(self._counter)}".encode())
+        return f"{prefix}{sep}{digest.hexdigest()[:_ID_LENGTH]}"
+
+
+_sequence: ContextVar[IdSequence | None] = ContextVar("statemachine_agent_ids", default=None)
+
+
+@contextmanager
+def deterministic_ids(seed: str = "") -> Iterator[IdSequence]:
+    """Within the block, every generated id comes from `IdSequence(seed)`: the same
+    script built under the same seed has the same ids in every process. Scoped to the
+    block (and to the current thread or task), so no other test is affected."""
+    sequence = IdSequence(seed)
+    token = _sequence.set(sequence)
+    try:
+        yield sequence
+    finally:
+        _sequence.reset(token)
 
 
 def new_id(prefix: str, sep: str = "_") -> str:
     """A fresh id shaped like the API's (`toolu_…`, `msg_…`; OpenAI's `chatcmpl-…` with
-    `sep="-"`), reproducible per process."""
-    digest = hashlib.sha256(f"{prefix}{next(_counter)}".encode()).hexdigest()
-    return f"{prefix}{sep}{digest[:_ID_LENGTH]}"
+    `sep="-"`): random, so unique across processes, unless inside `deterministic_ids`."""
+    sequence = _sequence.get()
+    if sequence is not None:
+        return sequence(prefix, sep)
+    return f"{prefix}{sep}{secrets.token_hex(_ID_LENGTH // 2)}"
 
 
 def text_block(text: str) -> JSON:
