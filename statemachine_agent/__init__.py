@@ -61,8 +61,10 @@ if TYPE_CHECKING:
     from statemachine_agent.persistence.sqlite import SQLiteCheckpointer
     from statemachine_agent.policy.approval import (
         ApprovalPolicy,
+        ApprovalRecord,
         Approve,
         Decision,
+        DecisionTypeError,
         Defer,
         Deny,
         Edit,
@@ -138,6 +140,7 @@ __all__ = [
     "Agent",
     "AnthropicModel",
     "ApprovalPolicy",
+    "ApprovalRecord",
     "Approve",
     "Audit",
     "AuditFileError",
@@ -152,6 +155,7 @@ __all__ = [
     "ConversationConflictError",
     "ConversationEndedError",
     "Decision",
+    "DecisionTypeError",
     "Defer",
     "Deny",
     "Edit",

@@ -50,6 +50,7 @@ PREVIOUS_BASES: dict[str, type[BaseException]] = {
     "CheckpointCorruptError": Exception,
     "ConversationConflictError": RuntimeError,
     "ConversationEndedError": RuntimeError,
+    "DecisionTypeError": TypeError,
     "GoldenFileError": ValueError,
     "GraphvizError": RuntimeError,
     "InvalidIdError": ValueError,

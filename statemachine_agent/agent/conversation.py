@@ -33,7 +33,7 @@ from statemachine_agent.machine.result import RunResult
 from statemachine_agent.models.base import JSON
 from statemachine_agent.persistence.base import Checkpointer, LeasingCheckpointer
 from statemachine_agent.persistence.lease import take_lease
-from statemachine_agent.policy.approval import Decision
+from statemachine_agent.policy.approval import Decision, check_decisions
 from statemachine_agent.stream.events import StreamEvent
 from statemachine_agent.stream.run import iter_sync
 
@@ -229,6 +229,7 @@ class Conversation:
         """Finish a turn that paused for approval (the agent needs a checkpointer) with
         `decisions` by pending tool_use id; leased as `asend` is."""
         turn = given("Conversation.aresume", options, TurnOptions)
+        check_decisions(decisions)  # before the lease: a refused resume leaves no trace
         async with self._leased(turn.wait):
             self._catch_up()
             if self._paused is None:
@@ -253,6 +254,7 @@ class Conversation:
     ) -> RunResult:
         """Finish a turn that paused for approval (blocking); see `aresume`."""
         given("Conversation.resume", options, TurnOptions)
+        check_decisions(decisions)
         return run_blocking(self.aresume(decisions, **options))
 
     @contextlib.asynccontextmanager

@@ -49,7 +49,7 @@ from statemachine_agent.machine.result import RunResult
 from statemachine_agent.machine.settings import RunSettings
 from statemachine_agent.models.base import DEFAULT_MAX_TOKENS, JSON, Model
 from statemachine_agent.persistence.base import Checkpointer, MemoryCheckpointer
-from statemachine_agent.policy.approval import ApprovalPolicy
+from statemachine_agent.policy.approval import ApprovalPolicy, check_decisions
 from statemachine_agent.policy.budget import Budget
 from statemachine_agent.policy.context import ContextPolicy
 from statemachine_agent.policy.pricing import DEFAULT_PRICES, Price, PriceTable
@@ -477,7 +477,7 @@ class Agent:
     @documented(ResumeOptions)
     def resume(self, run_id: str, **options: Unpack[ResumeOptions]) -> RunResult:
         """Continue a checkpointed run (blocking); see `aresume`."""
-        given("Agent.resume", options, ResumeOptions)
+        check_decisions(given("Agent.resume", options, ResumeOptions).decisions)
         return run_blocking(self.aresume(run_id, **options))
 
     @documented(ResumeOptions)
@@ -486,7 +486,9 @@ class Agent:
 
         A run that crashed carries on from the state it was in; one waiting for
         approval continues at `act` with `decisions` (`Approve()`, `Deny(msg)`,
-        `Edit(input)` by tool_use id); a cancelled one carries on from where it
+        `Edit(input)` by tool_use id, each optionally with `by=` and `note=` for the
+        audit trail; anything else raises `DecisionTypeError` before the lease is
+        taken); a cancelled one carries on from where it
         was cancelled. Recorded tool results are never executed again. The run
         keeps the metadata it was started with (`metadata` given here is merged
         over it); `deps` are never stored, so pass them again.
@@ -495,6 +497,7 @@ class Agent:
         `RunLockedError` (or waits up to `wait` seconds for the lease).
         """
         opts = given("Agent.aresume", options, ResumeOptions)
+        check_decisions(opts.decisions)  # before the lease and the load: nothing runs
         if self.checkpointer is None:
             raise ValueError(
                 "resume needs a checkpointer: Agent(checkpointer=<a Checkpointer or a "

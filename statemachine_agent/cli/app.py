@@ -334,11 +334,12 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     from statemachine_agent import report
     from statemachine_agent.report.console import console_for
     from statemachine_agent.report.fold import fold_event
+    from statemachine_agent.report.reviews import Reviews
 
     def show(events: Iterator[dict[str, Any]], stream: TextIO) -> None:
-        report.print_inspect(
-            report.build(_whole_transitions(events)), console_for(stream), _verify(args)
-        )
+        reviews = Reviews()  # approvals, pauses and resumes, read off the same stream
+        built = report.build(reviews.tap(_whole_transitions(events)))
+        report.print_inspect(built, console_for(stream), _verify(args), reviews)
 
     try:
         use_events(

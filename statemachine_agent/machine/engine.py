@@ -332,6 +332,7 @@ class Engine:
             details=ending.details,
             chat_ended=run.chat_ended,
             output=ending.output,
+            approvals=tuple(run.approval.log),
         )
         ctx.emitter.emit(
             "run.ended",

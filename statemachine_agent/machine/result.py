@@ -9,6 +9,7 @@ from typing import Any
 from statemachine_agent.machine.ends import SUCCESS_STATES, EndState
 from statemachine_agent.machine.run import TransitionRecord
 from statemachine_agent.models.base import JSON, Usage
+from statemachine_agent.policy.approval import ApprovalRecord
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +45,9 @@ class RunResult:
     output: Any = None
     """The typed answer (an instance of the run's `output_type`), when it has one."""
     """The model called `end_chat`: a `Conversation` stops after this turn."""
+    approvals: tuple[ApprovalRecord, ...] = field(default=(), repr=False)
+    """Every approval decision of the run, in order (a resumed run's earlier ones too):
+    who decided, when, and how long the call waited."""
 
     @property
     def ok(self) -> bool:

@@ -8,6 +8,7 @@ end state by a `resumed` row of the table.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping
 
 from statemachine_agent.errors import Error
@@ -62,8 +63,13 @@ def prepare_resume(record: RunRecord, decisions: Mapping[str, Decision]) -> None
                 f"run {record.run_id} has no call waiting with id(s) {', '.join(unknown)}; "
                 f"waiting: {', '.join(record.approval.awaiting)}"
             )
+        received = time.time()  # the person's decision time, for the audit trail
         record.approval.decisions.update(
-            {k: decision_to_plain(v) for k, v in keyed.items() if k is not None}
+            {
+                k: decision_to_plain(v, decided_at=received)
+                for k, v in keyed.items()
+                if k is not None
+            }
         )
         record.approval.awaiting = []
         return

@@ -21,6 +21,7 @@ from rich.text import Text
 from statemachine_agent.audit.chain import Verification
 from statemachine_agent.report.build import Iteration, Report, SummaryStep, Tokens, describe_calls
 from statemachine_agent.report.fmt import count, printable, usd
+from statemachine_agent.report.reviews import Reviews
 
 NOTE_WIDTH = 72
 """Notes (a stall, a compaction, ...) are cut to this: the HTML report has them whole."""
@@ -140,12 +141,18 @@ def console_for(stream: TextIO) -> Console:
 
 
 def print_inspect(
-    report: Report, console: Console, verification: Verification | None = None
+    report: Report,
+    console: Console,
+    verification: Verification | None = None,
+    reviews: Reviews | None = None,
 ) -> None:
-    """The table, then how the run ended, then whether the audit file's chain holds;
-    then each sub-agent run it started, the same way, under its tool call."""
+    """The table, then the run's approvals, pauses and resumes (from `reviews`, read
+    off the same events), then how the run ended, then whether the audit file's chain
+    holds; then each sub-agent run it started, the same way, under its tool call."""
     console.print(inspect_table(report))
     _print_left_out(report, console)
+    if reviews is not None:
+        _print_reviews(report.run_id, reviews, console)
     if verification is not None:
         style = "green" if verification.ok else "bold red"
         console.print(_text(f"Audit:      {verification.summary}", style))
@@ -161,7 +168,22 @@ def print_inspect(
                 "bold cyan",
             )
         )
-        print_inspect(child, console)
+        print_inspect(child, console, reviews=reviews)
+
+
+def _print_reviews(run_id: str, reviews: Reviews, console: Console) -> None:
+    """One line per decision, pause and resume: who decided what, the note, the wait."""
+    entries = reviews.of(run_id)
+    if not entries:
+        return
+    console.print(_text("Approvals, pauses and resumes:", "bold"))
+    styles = {"pause": "yellow", "resume": "cyan"}
+    for entry in entries:
+        style = styles.get(entry.kind, "red" if entry.decision == "deny" else "green")
+        console.print(_text(f"  {entry.line()}", style))
+    left = reviews.left_out.get(run_id)
+    if left:
+        console.print(_text(f"  +{left:,} more left out", "dim"))
 
 
 def _print_left_out(report: Report, console: Console) -> None:

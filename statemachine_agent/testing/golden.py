@@ -2,7 +2,8 @@
 
 A golden trail is reviewed the way a snapshot is: when an agent's behaviour
 changes, the test fails with a diff of what the machine did (states, triggers,
-the rows that fired, every guard's verdict, the tools called and their inputs),
+the rows that fired, every guard's verdict, the tools called and their inputs, each
+approval decision and whether a person or the policy made it),
 and `pytest --update-golden` rewrites the file for the change to be committed.
 Timings, ids, token counts and costs are left out: they change without the
 behaviour changing.
@@ -60,8 +61,11 @@ def updating_golden() -> Iterator[GoldenMode]:
 
 
 def trail_snapshot(result: RunResult) -> dict[str, Any]:
-    """What a golden file stores of a run: its control flow and its tool calls."""
-    return {
+    """What a golden file stores of a run: its control flow, its tool calls and, when
+    it had any, its approval decisions (kind, and whether a person, the policy or
+    nobody decided: an approved and a denied run are different runs; who and when
+    are left out, as timings are)."""
+    snapshot: dict[str, Any] = {
         "format": FORMAT,
         "end_state": result.end_state,
         "steps": [
@@ -82,6 +86,12 @@ def trail_snapshot(result: RunResult) -> dict[str, Any]:
             if isinstance(block, Mapping) and block.get("type") == "tool_use"
         ],
     }
+    if result.approvals:  # absent rather than empty: files of runs without any stand
+        snapshot["approvals"] = [
+            {"tool": a.tool, "decision": a.decision, "decided_by": a.decided_by}
+            for a in result.approvals
+        ]
+    return snapshot
 
 
 def assert_trail_matches(result: RunResult, path: str | Path) -> None:
@@ -134,6 +144,11 @@ def render(snapshot: Mapping[str, Any]) -> list[str]:
     for n, call in enumerate(snapshot.get("tool_calls") or (), 1):
         shown = json.dumps(call.get("input"), ensure_ascii=False, sort_keys=True)
         lines.append(f"tool {n}: {call.get('name')} {shown}")
+    for n, decision in enumerate(snapshot.get("approvals") or (), 1):
+        lines.append(
+            f"approval {n}: {decision.get('tool')} {decision.get('decision')} "
+            f"by {decision.get('decided_by')}"
+        )
     return lines
 
 
