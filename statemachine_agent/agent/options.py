@@ -57,14 +57,18 @@ class TurnOptions(TypedDict, total=False):
     wait: float
 
 
-class RunOptions(TurnOptions, total=False):
+# `TypedDict` named again: on Python < 3.12 a TypedDict subclass's __mro__ drops its
+# TypedDict bases, and the API reference (pdoc) then cannot tell where each key comes from.
+class RunOptions(TurnOptions, TypedDict, total=False):
     """The options of a fresh run (`Agent.run`, `arun`, `stream`, `astream`, `start`)."""
 
     history: Sequence[JSON]
     run_id: str | None
 
 
-class ResumeOptions(TurnOptions, total=False):
+# `TypedDict` named again: on Python < 3.12 a TypedDict subclass's __mro__ drops its
+# TypedDict bases, and the API reference (pdoc) then cannot tell where each key comes from.
+class ResumeOptions(TurnOptions, TypedDict, total=False):
     """The options of a resumed run (`Agent.resume`, `aresume`)."""
 
     decisions: Mapping[str, Decision] | None
