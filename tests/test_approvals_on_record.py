@@ -166,13 +166,13 @@ class TestAPersonsDecisionFromAnotherProcess:
         assert outcome in answered[-1]["content"]
 
         out = inspected(tmp_path / "audit" / f"{run_id}.jsonl", capsys)
-        assert "Approvals, pauses and resumes:" in out
-        (line,) = [ln for ln in out.splitlines() if f" by {person}" in ln]
+        section = out.split("Approvals, pauses and resumes:")[1].split("\nAudit:")[0]
+        (line,) = [ln for ln in section.splitlines() if f" by {person}" in ln]
         assert f"{kind} refund (toolu_refund)" in line
         assert f"'{note}'" in line
         assert "waited " in line
-        assert "paused: waiting for approval of 1 tool call(s)" in out
-        assert "resumed" in out.split("paused:")[1]  # the resume follows the pause
+        assert "paused: waiting for approval of 1 tool call(s)" in section
+        assert "resumed" in section.split("paused:")[1]  # the resume follows the pause
 
 
 def small_refunds_only(call: ToolCall) -> Approve | Deny:
