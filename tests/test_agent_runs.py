@@ -144,7 +144,8 @@ class TestEndStates:
             ran.append(x)
             return x
 
-        cut = replies.reply(replies.tool_use_block("record", {"x": "a"}), stop_reason="max_tokens")
+        cut = replies.reply(replies.tool_use_block("record", {"x": "a"}), stop_reason="max_tokens",
+                            usage={"output_tokens": 4096})  # fmt: skip
         result = Agent(ScriptedModel([cut]), tools=[record]).run("go")
         assert_end_state(result, "truncated")
         assert ran == []

@@ -68,6 +68,11 @@ EXPECTED: dict[tuple[str, str, str, tuple[str, ...]], tuple[str, ...]] = {
         "last: That answer was plain text",
     ),
     ("reason", "replied", "completed", ("is_end_turn",)): ("the model ended its turn (end_turn)",),
+    ("reason", "replied", "truncated", ("is_max_tokens", "output_below_limit")): (
+        "cut off by the model's context window in iteration 0: 10 prompt + 5 output tokens",
+        "below max_tokens=4096",
+        "raising max_tokens cannot help",
+    ),
     ("reason", "replied", "truncated", ("is_max_tokens",)): ("cut off at max_tokens=4096",),
     ("reason", "replied", "refused", ("is_refusal",)): ("the model refused to continue",),
     ("reason", "replied", "context_overflow", ("is_context_exceeded",)): (

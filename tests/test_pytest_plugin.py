@@ -461,7 +461,8 @@ class TestTransitionCoverage:
             from statemachine_agent.testing import replies
 
             def test_truncated(scripted_model):
-                model = scripted_model(replies.text("cut", stop_reason="max_tokens"))
+                cut = replies.text("cut", stop_reason="max_tokens", usage={"output_tokens": 4096})
+                model = scripted_model(cut)
                 assert Agent(model).run("x").end_state == "truncated"
 
             def test_completed(scripted_model):

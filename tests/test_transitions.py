@@ -97,6 +97,15 @@ def _cancelled_at(state: str, trigger: str) -> Arrange:
     return arrange
 
 
+def _asked_for(max_tokens: int) -> Arrange:
+    """The last reply's call asked for up to `max_tokens` output tokens."""
+
+    def arrange(run: RunRecord) -> None:
+        run.reply_max_tokens = max_tokens
+
+    return arrange
+
+
 def _retried(run: RunRecord) -> None:
     run.overflow_retried = True
 
@@ -175,6 +184,9 @@ ARRANGEMENTS: dict[tuple[str, str, str, tuple[str, ...]], Arrange] = {
     ("reason", "replied", "completed", ("is_end_turn",)): _last(replies.text("hi")),
     ("reason", "replied", "continue", ("is_max_tokens", "can_continue")): _with(
         _last(replies.text("cut", stop_reason="max_tokens")), max_continuations=1
+    ),
+    ("reason", "replied", "truncated", ("is_max_tokens", "output_below_limit")): _with(
+        _last(replies.text("cut", stop_reason="max_tokens")), _asked_for(4096)
     ),
     ("reason", "replied", "truncated", ("is_max_tokens",)): _last(
         replies.text("cut", stop_reason="max_tokens")

@@ -17,6 +17,7 @@ from statemachine_agent.machine.guards import KNOWN_STOP_REASONS, budget_reason
 from statemachine_agent.machine.phase_env import PhaseEnv
 from statemachine_agent.machine.salvage import salvage
 from statemachine_agent.machine.table import Row
+from statemachine_agent.models.base import Usage
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +174,17 @@ def _input_tokens(ctx: PhaseEnv) -> int | None:
     return reply.usage.input_tokens if reply is not None else None
 
 
+def _usage(ctx: PhaseEnv) -> Usage:
+    reply = ctx.state.last_reply
+    return reply.usage if reply is not None else Usage()
+
+
+def _window(ctx: PhaseEnv) -> str:
+    """The window's size, when the agent knows it (`ContextPolicy.window_tokens`)."""
+    window = ctx.state.settings.context.window_tokens
+    return f" of {window} tokens" if window is not None else ""
+
+
 def _cut_tool_use(ctx: PhaseEnv) -> str:
     reply = ctx.state.last_reply
     return "; the tool call inside it was not run" if reply and reply.tool_uses else ""
@@ -227,7 +239,10 @@ FIGURES: Mapping[str, Figure] = {
     ),
     "stall_pattern": Figure(lambda ctx: (ctx.state.stall.finding or {}).get("pattern")),
     "interventions": Figure(lambda ctx: ctx.state.stall.interventions),
-    "max_tokens": Figure(lambda ctx: ctx.deps.max_tokens),
+    "max_tokens": Figure(lambda ctx: ctx.state.reply_max_tokens or ctx.deps.max_tokens),
+    "prompt_tokens": Figure(lambda ctx: _usage(ctx).total_tokens - _usage(ctx).output_tokens),
+    "output_tokens": Figure(lambda ctx: _usage(ctx).output_tokens),
+    "window": Figure(_window),
     "cut_tool_use": Figure(_cut_tool_use),
     "refusal": Figure(_refusal),
     "input_tokens": Figure(_input_tokens),

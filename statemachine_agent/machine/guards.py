@@ -74,9 +74,30 @@ def is_end_turn(run: RunRecord) -> bool:
     return _stop_reason(run) in ("end_turn", "stop_sequence")
 
 
+def _window_filled(run: RunRecord) -> bool:
+    """The reply stopped at `max_tokens` with its prompt and output reaching the model's
+    known context window (`ContextPolicy.window_tokens`): what some servers report when
+    the window, not the output limit, ran out."""
+    reply, window = run.last_reply, run.settings.context.window_tokens
+    return (
+        reply is not None
+        and window is not None
+        and reply.stop_reason == "max_tokens"
+        and reply.usage.total_tokens >= window
+    )
+
+
 def is_max_tokens(run: RunRecord) -> bool:
-    """The reply was cut off at the output limit."""
-    return _stop_reason(run) == "max_tokens"
+    """The reply was cut off at max_tokens, and did not fill the model's known context
+    window (that is `is_context_exceeded`)."""
+    return _stop_reason(run) == "max_tokens" and not _window_filled(run)
+
+
+def output_below_limit(run: RunRecord) -> bool:
+    """The reply's output is shorter than the call's `max_tokens`, so that limit is not
+    what stopped it: a `max_tokens` stop below it means the context window ran out."""
+    reply, limit = run.last_reply, run.reply_max_tokens
+    return reply is not None and limit is not None and reply.usage.output_tokens < limit
 
 
 def is_refusal(run: RunRecord) -> bool:
@@ -95,8 +116,9 @@ def is_compaction(run: RunRecord) -> bool:
 
 
 def is_context_exceeded(run: RunRecord) -> bool:
-    """Generation stopped because the model's context window was full."""
-    return _stop_reason(run) == "model_context_window_exceeded"
+    """Generation stopped because the model's context window was full: the API said so,
+    or a `max_tokens` stop filled the known window."""
+    return _stop_reason(run) == "model_context_window_exceeded" or _window_filled(run)
 
 
 def is_context_error(run: RunRecord) -> bool:
@@ -243,6 +265,7 @@ GUARDS: Mapping[str, Guard] = {
         is_empty_reply,
         is_end_turn,
         is_max_tokens,
+        output_below_limit,
         is_refusal,
         is_pause_turn,
         is_compaction,

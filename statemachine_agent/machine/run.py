@@ -218,6 +218,9 @@ class RunRecord:
     elapsed_s: float = 0.0
     """Wall time since the run started, refreshed before every transition."""
     last_reply: ModelReply | None = field(default=None, metadata=REPLACED)
+    reply_max_tokens: int | None = None
+    """The `max_tokens` of the call that made `last_reply`: a reply stopped at
+    `max_tokens` with fewer output tokens than this was stopped by something else."""
     error: RunError | None = field(default=None, metadata=REPLACED)
     pending_calls: list[ToolCall] = field(default_factory=list, metadata=REPLACED)
     """Tool calls of the last reply still waiting for their results."""

@@ -125,6 +125,13 @@ ROWS: tuple[Row, ...] = (
         reason="the model ended its turn ({stop_reason})"),
     Row("reason", "replied", "continue", ("is_max_tokens", "can_continue"),
         "A text reply hit max_tokens; ask the model to continue where it stopped."),
+    Row("reason", "replied", "truncated", ("is_max_tokens", "output_below_limit"),
+        "The reply stopped at max_tokens with fewer output tokens than that limit: the "
+        "context window ran out, not the output limit; a cut-off tool call is never run.",
+        reason="the reply was cut off by the model's context window in iteration {iteration}: "
+               "{prompt_tokens} prompt + {output_tokens} output tokens, below "
+               "max_tokens={max_tokens}{cut_tool_use} (raising max_tokens cannot help: shrink "
+               "the history with ContextPolicy, or use a model with a larger window)"),
     Row("reason", "replied", "truncated", ("is_max_tokens",),
         "The output hit max_tokens; a cut-off tool call is never run.",
         reason="the reply was cut off at max_tokens={max_tokens} in iteration {iteration}"
@@ -142,7 +149,7 @@ ROWS: tuple[Row, ...] = (
         arrival="drop_cut_reply"),
     Row("reason", "replied", "context_overflow", ("is_context_exceeded",),
         "The context window was exceeded even after compaction.",
-        reason="the model's context window was exceeded "
+        reason="the model's context window{window} was exceeded "
                "(last input {input_tokens} tokens, {messages} messages)"),
     Row("reason", "replied", "failed", (),
         "Any other stop_reason is unknown to the engine: stop rather than guess.",

@@ -50,6 +50,7 @@ class Reason:
             return "model_failed"
         ctx.request = None
         run.last_reply = reply
+        run.reply_max_tokens = request.max_tokens
         append_reply(run.messages, reply)
         run.pending_calls = (
             [ToolCall.from_block(b) for b in reply.tool_uses]

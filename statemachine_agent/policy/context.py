@@ -41,6 +41,11 @@ class ContextPolicy:
     keep_last: int = 4
     """Exchanges (an assistant message and the user message answering it) kept verbatim
     after the summary; at least 1, so the model always sees its latest step whole."""
+    window_tokens: int | None = None
+    """The model's context window in tokens, when known. Some servers report a full
+    window as `max_tokens`; with the window known, a reply stopped so whose prompt and
+    output reached it goes through the context rows (compact once, then
+    `context_overflow`) instead of `truncated`, since a larger max_tokens cannot help."""
 
     def __post_init__(self) -> None:
         if self.max_tool_result_chars < 100:
@@ -53,3 +58,5 @@ class ContextPolicy:
             raise ValueError("ContextPolicy.summarize_at_tokens must be positive or None")
         if self.keep_last < 1:
             raise ValueError("ContextPolicy.keep_last must be at least 1")
+        if self.window_tokens is not None and self.window_tokens < 1:
+            raise ValueError("ContextPolicy.window_tokens must be positive or None")
