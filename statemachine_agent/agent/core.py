@@ -25,6 +25,7 @@ from typing import Any, Literal, Unpack
 
 from statemachine_agent.agent import _driving
 from statemachine_agent.agent._building import (
+    check_arguments,
     model_of,
     registry_of,
     storage_option,
@@ -147,6 +148,7 @@ class Agent:
             prices: per-model prices, merged over the documented defaults.
             effects: how effects run (in-process unless a durable engine is used).
         """
+        check_arguments(locals())  # a wrong argument fails here, by name
         model = model_of(model)
         fallbacks = tuple(model_of(m) for m in fallback_models)
         summarizer = model_of(summary_model) if summary_model is not None else None

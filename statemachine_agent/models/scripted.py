@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from statemachine_agent._args import described
 from statemachine_agent.models.base import DEFAULT_MODEL, ModelError, ModelReply, ModelRequest
 
 ScriptEntry = Mapping[str, Any] | BaseException | Callable[[ModelRequest], Any]
@@ -29,6 +30,8 @@ class ScriptedModel:
         self.name = name
         self.validate = validate
         self._script: list[ScriptEntry] = list(replies)
+        for index, entry in enumerate(self._script):
+            _check_entry(index, entry)
         self._next = 0
         self.requests: list[ModelRequest] = []
         """Every request received, in order, for assertions."""
@@ -71,3 +74,37 @@ class ScriptedModel:
                 status=400,
                 error_type="invalid_request_error",
             )
+
+
+_RESPONSE_KEYS = ("type", "role", "content", "stop_reason")
+
+
+def _check_entry(index: int, entry: object) -> None:
+    """A script entry checked when the script is given, not when the run reaches it:
+    a Messages API response dict (`replies.text(...)`, `replies.tool_use(...)`), an
+    exception to raise, or a function of the request."""
+    if isinstance(entry, BaseException) or (callable(entry) and not isinstance(entry, Mapping)):
+        return
+    if not isinstance(entry, Mapping):
+        raise TypeError(
+            f"replies[{index}] must be a Messages API response dict (e.g. "
+            f"replies.text('hi') from statemachine_agent.testing), an exception, or a "
+            f"function of the request, got {described(entry)}"
+        )
+    missing = [key for key in _RESPONSE_KEYS if key not in entry]
+    if missing:
+        raise ValueError(
+            f"replies[{index}] is not a Messages API response: it lacks "
+            f"{', '.join(missing)} (build it with statemachine_agent.testing.replies, "
+            f"e.g. replies.text('hi')), got {described(entry)}"
+        )
+    if entry["type"] != "message" or entry["role"] != "assistant":
+        raise ValueError(
+            f"replies[{index}] must have type 'message' and role 'assistant', got "
+            f"type {entry['type']!r} and role {entry['role']!r}"
+        )
+    if not isinstance(entry["content"], list):
+        raise TypeError(
+            f"replies[{index}]['content'] must be a list of content blocks, got "
+            f"{described(entry['content'])}"
+        )

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from statemachine_agent._args import check_bool, check_int, check_number, check_type
+
 
 @dataclass(frozen=True, slots=True)
 class Budget:
@@ -38,8 +40,21 @@ class Budget:
     _per_tool: Mapping[str, int] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        if self.max_iterations < 1:
-            raise ValueError("Budget.max_iterations must be at least 1")
+        # Types first, so a wrong one is named rather than met as a failed comparison.
+        check_int("Budget.max_iterations", self.max_iterations, at_least=1)
+        for name in ("max_cost_usd", "max_seconds", "salvage_max_cost_usd"):
+            check_number(f"Budget.{name}", getattr(self, name), optional=True)
+        for name in ("max_total_tokens", "end_after_blocked_calls"):
+            check_int(f"Budget.{name}", getattr(self, name), optional=True)
+        check_bool("Budget.salvage", self.salvage)
+        check_int("Budget.salvage_max_tokens", self.salvage_max_tokens, at_least=1)
+        check_type("Budget.max_calls_per_tool", self.max_calls_per_tool, (int, Mapping),
+                   "an int, a mapping of tool names to ints, or None",
+                   optional=True)  # fmt: skip
+        if isinstance(self.max_calls_per_tool, Mapping):
+            for tool, limit in self.max_calls_per_tool.items():
+                check_type("Budget.max_calls_per_tool", tool, str, "keyed by tool name")
+                check_int(f"Budget.max_calls_per_tool[{tool!r}]", limit)
         for name in (
             "max_cost_usd", "max_total_tokens", "max_seconds", "end_after_blocked_calls",
             "salvage_max_cost_usd",

@@ -15,7 +15,7 @@ import queue
 import threading
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
 from types import TracebackType
-from typing import Any, Self, cast
+from typing import Any, NoReturn, Self, cast
 
 from statemachine_agent.machine.calls import STREAMED
 from statemachine_agent.machine.cancel import CancelToken
@@ -160,6 +160,13 @@ class RunStream:
 
     def __aiter__(self) -> Self:
         return self
+
+    def __iter__(self) -> NoReturn:
+        """A plain `for` over the stream is a mistake with one of two fixes: say both."""
+        raise TypeError(
+            "a RunStream is asynchronous: iterate it with `async for event in "
+            "agent.astream(...)`, or use `for event in agent.stream(...)` in synchronous code"
+        )
 
     async def __anext__(self) -> StreamEvent:
         if self._ended:

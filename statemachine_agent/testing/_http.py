@@ -98,7 +98,14 @@ class ScriptedServer(Generic[Error]):
             return len(self._script)
 
     def add(self, *responses: JSON | Error | Callable[[JSON], JSON | Error]) -> None:
-        """Queue more answers after the ones already scripted."""
+        """Queue more answers after the ones already scripted (each its own argument:
+        `add(*replies)` for a list)."""
+        for index, response in enumerate(responses):
+            if isinstance(response, list | tuple | str | bytes):
+                raise TypeError(
+                    f"add() takes each answer as its own argument; responses[{index}] is a "
+                    f"{type(response).__name__}: write add(*answers) to queue a list"
+                )
         with self._lock:
             self._script.extend(responses)
 

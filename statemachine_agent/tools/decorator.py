@@ -13,6 +13,7 @@ import functools
 import inspect
 import re
 import typing
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any, TypedDict, cast, overload
 
@@ -160,6 +161,7 @@ def _build_tool(
         )
 
     schema = schema_from_function(func, tool_name=tool_name, docstring=docstring)
+    _warn_undocumented(tool_name, docstring, schema)
     param = context_parameter(func)
     try:
         handler = pydantic.validate_call(func) if param is None else _with_context(func, param)
@@ -176,6 +178,36 @@ def _build_tool(
         ends_run=ends_run,
         **policy,
     )
+
+
+def _warn_undocumented(
+    tool_name: str, docstring: docstring_parser.Docstring, schema: dict[str, Any]
+) -> None:
+    """A docstring that documents some arguments but not all has most likely forgotten
+    one (or misspelled it): the model then sees that argument with no description.
+    Warned, not refused, since a self-explanatory argument may be left out on purpose."""
+    if not docstring.params:
+        return
+    properties = schema.get("properties", {})
+    bare = [name for name, prop in properties.items()
+            if isinstance(prop, dict) and "description" not in prop]  # fmt: skip
+    if bare:
+        warnings.warn(
+            f"Tool {tool_name!r}: the docstring documents some arguments but not "
+            f"{', '.join(repr(n) for n in bare)}; the model sees no description for "
+            f"{'it' if len(bare) == 1 else 'them'} (add it to the Args section)",
+            UserWarning,
+            stacklevel=_caller_level(),
+        )
+
+
+def _caller_level() -> int:
+    """The `stacklevel` of the first frame outside this module: the user's `@tool` line,
+    however the decorator was applied (bare or with arguments)."""
+    frame, level = inspect.currentframe(), 1
+    while frame is not None and frame.f_globals.get("__name__") == __name__:
+        frame, level = frame.f_back, level + 1
+    return level - 1
 
 
 def _describe(docstring: docstring_parser.Docstring) -> str:
