@@ -55,11 +55,24 @@ EXECUTED_DOCS = (
     "subagents.md",
     "troubleshooting.md",
 )
-"""Docs whose every python block runs (embedding.md quotes the tested FastAPI example)."""
+"""Guides that must have runnable examples."""
+
+RUN_ON_THEIR_OWN = ("testing.md", "events.md")
+"""Docs whose blocks `TestExamples` runs with checks of its own."""
 
 EXECUTED_BLOCKS = [
-    (name, i) for name in EXECUTED_DOCS for i in range(len(python_blocks(DOCS / name)))
+    (path.name, i)
+    for path in sorted(DOCS.glob("*.md"))
+    if path.name not in RUN_ON_THEIR_OWN
+    for i in range(len(python_blocks(path)))
 ]
+"""Every other python block of docs/: each runs, or says on its first line why not."""
+
+NOT_RUN = re.compile(r"# not run: (?P<why>\S.*)\n")
+"""A block that cannot run here says so where a reader sees it: what it needs."""
+QUOTED = re.compile(r"# quoted from (?P<file>examples/[\w/]+\.py)(?: .*)?\n")
+"""A block quoting an example (which tests/test_examples.py and friends run): the
+rest of the block must be in that file verbatim, so the quote cannot drift."""
 
 
 def emitted_events() -> set[str]:
@@ -249,11 +262,56 @@ class TestExamples:
         assert namespace["transitions"](result.audit_path)[-1] == "reason --replied--> completed"
 
 
+class TestIndex:
+    text = (DOCS / "index.md").read_text(encoding="utf-8")
+
+    def test_every_result_field_has_one_row(self) -> None:
+        """`RunResult`'s fields and properties are each one row of the index's table, and
+        the table names nothing else, so a new field cannot go undocumented."""
+        from statemachine_agent import RunResult
+
+        public = {f for f in RunResult.__dataclass_fields__ if not f.startswith("_")}
+        public |= {n for n, v in vars(RunResult).items() if isinstance(v, property)}
+        rows = re.findall(r"^\| `(\w+)` \|", section(self.text, "## What a run gives back"), re.M)
+        assert sorted(rows) == sorted(public)
+
+    def test_the_reading_path_reaches_every_guide(self) -> None:
+        """Every page of docs/ is on the reading path."""
+        path = section(self.text, "## A reading path")
+        for page in DOCS.glob("*.md"):
+            if page.name != "index.md":
+                assert f"]({page.name}" in path, page.name
+
+
 class TestGuides:
     @pytest.mark.parametrize(("doc", "index"), EXECUTED_BLOCKS, ids=lambda v: str(v))
     def test_guide_examples_run(self, doc: str, index: int) -> None:
-        """Each python block of the configuration, durability and troubleshooting docs runs."""
-        run_block(python_blocks(DOCS / doc)[index], f"docs/{doc}[{index}]")
+        """Each python block of docs/ runs; one that cannot run here says why on its
+        first line, and one quoting an example is that example's text verbatim."""
+        code = python_blocks(DOCS / doc)[index]
+        quoted = QUOTED.match(code)
+        if quoted is not None:
+            example = (ROOT / quoted["file"]).read_text(encoding="utf-8")
+            assert code[quoted.end() :] in example, f"docs/{doc}[{index}] drifted from the file"
+        elif NOT_RUN.match(code) is None:
+            run_block(code, f"docs/{doc}[{index}]")
+
+    def test_every_readme_block_is_run(self) -> None:
+        """The README's python blocks are exactly the two the tests above run by section."""
+        text = README.read_text(encoding="utf-8")
+        run = [
+            block
+            for heading in ("## Use it as a library", "## Durable runs")
+            for block in re.findall(r"^```python\n(.*?)^```", section(text, heading), re.M | re.S)
+        ]
+        assert sorted(python_blocks(README)) == sorted(run)
+
+    def test_the_markers_are_rare(self) -> None:
+        """Most blocks run: a marker is for what needs a server or a cluster."""
+        codes = [python_blocks(DOCS / doc)[i] for doc, i in EXECUTED_BLOCKS]
+        marked = [c for c in codes if NOT_RUN.match(c) or QUOTED.match(c)]
+        assert len(codes) >= 30
+        assert len(marked) * 2 < len(codes)
 
     def test_guides_have_examples(self) -> None:
         """The parametrized test above cannot pass empty: every guide has runnable blocks."""

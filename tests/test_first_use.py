@@ -25,6 +25,8 @@ from statemachine_agent.cli.demos import SCENARIOS
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 Capsys = pytest.CaptureFixture[str]
+PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+EXTRAS = set(PROJECT["optional-dependencies"]) - {"dev"}
 
 
 def install_block() -> str:
@@ -35,17 +37,27 @@ def install_block() -> str:
 
 class TestReadme:
     def test_install_lines_come_before_the_make_commands(self) -> None:
-        assert README.index("pip install statemachine-agent") < README.index("make demo")
-        assert install_block().splitlines()[0].startswith("pip install statemachine-agent ")
+        """The package is not published: the first line installs the clone itself."""
+        assert README.index("pip install .") < README.index("make demo")
+        assert install_block().splitlines()[0].startswith("pip install . ")
 
     def test_every_extra_has_one_line_saying_what_it_adds(self) -> None:
         """Derived from pyproject.toml, so a new extra without a README line fails."""
-        project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-        extras = set(project["project"]["optional-dependencies"]) - {"dev"}
         lines = install_block().splitlines()
-        for extra in extras:
-            (line,) = [x for x in lines if f"statemachine-agent[{extra}]" in x]
+        for extra in EXTRAS:
+            (line,) = [x for x in lines if f"'.[{extra}]'" in x]
             assert "# " in line, f"the [{extra}] line says what it adds"
+
+    def test_every_install_line_works_as_written_from_a_clone(self) -> None:
+        """Each line is `pip install` of the clone (`.`) or of one extra that pyproject.toml
+        declares: no index name (not published), no misspelt or removed extra."""
+        for line in install_block().splitlines():
+            command = line.split("#", 1)[0].split()
+            assert command[:2] == ["pip", "install"], line
+            (target,) = command[2:]
+            found = re.fullmatch(r"\.|'\.\[([a-z0-9-]+)\]'", target)
+            assert found is not None, f"not an install from the clone: {line}"
+            assert found.group(1) is None or found.group(1) in EXTRAS, line
 
     def test_names_every_system_program_make_test_installs(self) -> None:
         script = (ROOT / "scripts" / "system-deps.sh").read_text(encoding="utf-8")

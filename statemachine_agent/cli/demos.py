@@ -53,7 +53,7 @@ SYSTEM = (
 
 TIME_AND_CALCULATE = Scenario(
     name="time-calculate",
-    title="Seed 000: look up the time, multiply its minutes by 15 (3 model calls, 2 tools)",
+    title="Time and arithmetic: look up the time, multiply its minutes by 15 (3 model calls)",
     prompt="What time is it now? Take the minutes and multiply them by 15.",
     system=SYSTEM,
     tools=lambda: [make_current_time_tool(lambda: DEMO_CLOCK), calculate],
@@ -91,7 +91,7 @@ def search_flights(route: str) -> str:
 
 SCHEDULE_WEATHER_ROUTE = Scenario(
     name="schedule-weather-route",
-    title="Seed 003: schedule -> weather -> route -> answer (4 model calls)",
+    title="Planning: schedule, then weather, then route, then the answer (4 model calls)",
     prompt="How should I plan today?",
     system="Plan the user's day with the tools: schedule first, then weather, then the route.",
     tools=lambda: [get_schedule, get_weather, get_route],
