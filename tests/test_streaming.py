@@ -584,3 +584,29 @@ class TestSalvageIsToldApart:
         assert answered.content == result.messages[-1]["content"][0]["content"]
         assert {to_json(e)["type"] for e in events} >= {"reply_started"}
         assert to_json(answered)["purpose"] == "salvage"
+
+    def test_a_loop_call_closed_at_the_end_is_answered_on_the_stream(
+        self, server: FakeAnthropicServer
+    ) -> None:
+        """A reply cut off at max_tokens inside a tool call ends `truncated`; the cut call
+        never runs, and the stream answers it (so a UI waiting for its result stops)."""
+        cut = replies.reply(
+            replies.text_block("Let me add."),
+            replies.tool_use_block("calculate", {"expression": "1+"}, "toolu_cut"),
+            stop_reason="max_tokens",
+            usage={"output_tokens": 64},
+        )
+        server.add(cut)
+        agent = Agent(model_for(server), tools=[calculate], max_tokens=64)
+        events = collect(agent, "Add things.")
+        result = events[-1].result  # type: ignore[union-attr]
+        assert result.end_state == "truncated"
+        mine = [e for e in events if getattr(e, "tool_use_id", None) == "toolu_cut"]
+        assert [type(e) for e in mine] == [ToolCallStarted, ToolInputComplete, ToolResult]
+        answered = mine[-1]
+        assert isinstance(answered, ToolResult)
+        assert (answered.is_error, answered.error_kind, answered.purpose) == (
+            True, "not_run", "loop",
+        )  # fmt: skip
+        closing = result.messages[-1]["content"][0]
+        assert (closing["tool_use_id"], closing["content"]) == ("toolu_cut", answered.content)

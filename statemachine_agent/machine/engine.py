@@ -16,7 +16,11 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from transitions import Machine, State
 
-from statemachine_agent.context.notices import close_pending, unanswered_tool_uses
+from statemachine_agent.context.notices import (
+    close_pending,
+    not_run,
+    unanswered_tool_uses,
+)
 from statemachine_agent.machine import observers
 from statemachine_agent.machine.cancel import CancelToken
 from statemachine_agent.machine.endings import ENDINGS, Ending, reason_problems
@@ -298,13 +302,17 @@ class Engine:
         last = run.trail[-1] if run.trail else None
         # A defect inside act leaves calls that may have run without a recorded outcome.
         interrupted = last is not None and (last.source, last.trigger) == ("act", "crashed")
-        if run.state not in RESUMABLE_STATES and unanswered_tool_uses(run.messages):
-            closed = close_pending(
-                run.messages, f"the run ended ({run.state})", answers, interrupted=interrupted
-            )
+        pending = [] if run.state in RESUMABLE_STATES else unanswered_tool_uses(run.messages)
+        if pending:
+            why = f"the run ended ({run.state})"
+            closed = close_pending(run.messages, why, answers, interrupted=interrupted)
             run.pending_calls, run.outcomes = [], []  # now in the history
             if closed:
-                ctx.emitter.emit("tool.skipped", count=closed, end_state=run.state)
+                calls = [{"tool_use_id": str(b.get("id", "")), "tool": str(b.get("name", ""))}
+                         for b in pending if b.get("id") not in answers]  # fmt: skip
+                ctx.emitter.emit("tool.skipped", count=closed, end_state=run.state, calls=calls,
+                                 content=not_run(why),
+                                 iteration=run.iteration)  # fmt: skip
             ctx.checkpoint()
         try:
             ending = await handler(ctx)
