@@ -101,4 +101,5 @@ bench: system-deps
 	benchmarks/.venv/bin/python benchmarks/bench_scaleout.py
 	benchmarks/.venv/bin/python -m benchmarks.scale_out
 	benchmarks/.venv/bin/python -m benchmarks.profile_overhead
+	benchmarks/.venv/bin/python -m benchmarks.cold_start
 	benchmarks/.venv/bin/python -m benchmarks.report
