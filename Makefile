@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit system-deps diagrams docs reference clean bench report-screenshot
+.PHONY: demo test lint typecheck unit system-deps mcp-servers diagrams docs reference clean bench report-screenshot
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,7 +39,19 @@ typecheck: $(STAMP)
 system-deps:
 	bash scripts/system-deps.sh
 
-unit: $(STAMP) system-deps
+# The MCP reference servers the tests run (npm's server-everything, at the version pinned in
+# tests/mcp_servers/package-lock.json), installed here with `npm ci`; the tests download nothing.
+MCP_SERVERS := build/mcp-servers
+$(MCP_SERVERS)/.installed: tests/mcp_servers/package.json tests/mcp_servers/package-lock.json | system-deps
+	rm -rf $(MCP_SERVERS)
+	mkdir -p $(MCP_SERVERS)
+	cp tests/mcp_servers/package.json tests/mcp_servers/package-lock.json $(MCP_SERVERS)/
+	cd $(MCP_SERVERS) && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+mcp-servers: $(MCP_SERVERS)/.installed
+
+unit: $(STAMP) system-deps mcp-servers
 	$(BIN)/pytest -q --transition-coverage-fail-under=100
 
 test: lint typecheck unit reference

@@ -21,6 +21,8 @@ A task meant to serve later calls (an MCP toolset's session) is started with
 `create_kept_task`: on a kept loop it and the tasks it starts are not cancelled
 when a call returns, and its `close` is awaited when the loop is closed, before
 anything left is cancelled. On any other loop it is an ordinary task.
+`kept_loop_caller` lets another thread run a coroutine on such a loop even while
+it is idle between its thread's calls (to close a session from a shutdown hook).
 """
 
 from __future__ import annotations
@@ -55,6 +57,9 @@ class _ThreadLoop:
         """Tasks that outlive the call that started them (see `create_kept_task`)."""
         self.closers: dict[asyncio.Task[Any], Closer] = {}
         """How to end each kept task started by `create_kept_task`, awaited at close."""
+        self.busy = threading.Lock()
+        """Held while a thread runs the loop: its owner for a call, or another thread
+        that `kept_loop_caller` let run a coroutine on it while it was idle."""
         self._factory_set = False
         weakref.finalize(self, _close, self.runner, self.workers, self.closers)
 
@@ -62,12 +67,13 @@ class _ThreadLoop:
         if not self._factory_set:
             self.runner.get_loop().set_task_factory(_kept_task_factory(self.kept))
             self._factory_set = True
-        try:
-            # A copy of the caller's context, as `asyncio.run` gives: the runner's own
-            # context would carry one call's context variables into the next.
-            return self.runner.run(coro, context=contextvars.copy_context())
-        finally:
-            _cancel_leftovers(self.runner.get_loop(), self.kept)
+        with self.busy:
+            try:
+                # A copy of the caller's context, as `asyncio.run` gives: the runner's own
+                # context would carry one call's context variables into the next.
+                return self.runner.run(coro, context=contextvars.copy_context())
+            finally:
+                _cancel_leftovers(self.runner.get_loop(), self.kept)
 
     def owns(self, loop: asyncio.AbstractEventLoop) -> bool:
         """Whether `loop` is this kept loop."""
@@ -124,6 +130,76 @@ def create_kept_task(
         closers[task] = close
         task.add_done_callback(lambda done: closers.pop(done, None))
     return task
+
+
+Caller = Callable[[Callable[[], Coroutine[Any, Any, None]]], "concurrent.futures.Future[None]"]
+"""Runs a coroutine (made by the function given) on a kept loop from another thread."""
+
+
+def kept_loop_caller() -> Caller | None:
+    """For code on this thread's kept loop: how other threads may run a coroutine on it.
+
+    None on any other loop. The caller returns at once, with a future that is done
+    when the coroutine has ended (or at once, when the loop has closed since; its
+    kept tasks' closers ran then). While the loop runs (its thread is in a call), the
+    coroutine is sent to it; while it is idle (its thread is between calls, in a pool
+    or a shutdown), a helper thread runs the loop for it, holding `busy` so its own
+    thread waits for that rather than run the loop at the same time. The caller holds
+    the loop's holder weakly, so it never keeps a thread's loop open after the thread.
+    """
+    loop = asyncio.get_running_loop()
+    holder: _ThreadLoop | None = getattr(_local, "loop", None)
+    if holder is None or not holder.owns(loop):
+        return None
+    ref = weakref.ref(holder)
+
+    def call(make: Callable[[], Coroutine[Any, Any, None]]) -> concurrent.futures.Future[None]:
+        done: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+        def work() -> None:
+            try:
+                _call_on(ref, make)
+            except BaseException as exc:  # handed to whoever waits
+                done.set_exception(exc)
+            else:
+                done.set_result(None)
+
+        threading.Thread(target=work, name="statemachine-agent-call", daemon=True).start()
+        return done
+
+    return call
+
+
+def _call_on(
+    ref: weakref.ReferenceType[_ThreadLoop], make: Callable[[], Coroutine[Any, Any, None]]
+) -> None:
+    """Run `make()` on the kept loop of `ref`, running or idle (see `kept_loop_caller`)."""
+    holder = ref()
+    if holder is None:
+        return  # the thread ended: its loop closed, and its kept tasks' closers ran
+    loop = holder.runner.get_loop()
+    sent: concurrent.futures.Future[None] | None = None
+    while not loop.is_closed():
+        if holder.busy.acquire(timeout=0.02):
+            try:
+                if loop.is_closed():
+                    return
+                # Idle: run it here; or, if it was sent to a run that has since ended,
+                # run the loop until what was sent is done.
+                holder.runner.run(make() if sent is None else _until(sent))
+            finally:
+                holder.busy.release()
+            return
+        if sent is None and loop.is_running():
+            sent = asyncio.run_coroutine_threadsafe(make(), loop)
+        if sent is not None:
+            with contextlib.suppress(concurrent.futures.TimeoutError):
+                sent.result(timeout=0.02)
+                return
+
+
+async def _until(sent: concurrent.futures.Future[None]) -> None:
+    await asyncio.wrap_future(sent)
 
 
 def _kept_task_factory(kept: weakref.WeakSet[asyncio.Task[Any]]) -> Any:

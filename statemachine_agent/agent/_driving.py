@@ -126,7 +126,7 @@ async def drive(
                        host_deps=host_deps)  # fmt: skip
     ctx.writer = writer
     try:
-        await refresh_tools(ctx)  # a toolset's tools, before the run lists them
+        await refresh_tools(ctx, cancel)  # a toolset's tools, before the run lists them
         return await parts.engine.drive(
             ctx,
             cancel=cancel,

@@ -18,6 +18,7 @@ from typing import Literal
 from statemachine_agent.context.caching import cache_last_tool, cache_latest_message
 from statemachine_agent.context.notices import add_user_text
 from statemachine_agent.context.summary import summary_cut
+from statemachine_agent.machine.cancel import CancelToken
 from statemachine_agent.machine.guards import summary_due
 from statemachine_agent.machine.phase_env import PhaseEnv
 from statemachine_agent.models.base import JSON, ModelRequest
@@ -43,14 +44,26 @@ class Perceive:
         return "prepared"
 
 
-async def refresh_tools(ctx: PhaseEnv) -> None:
+async def refresh_tools(ctx: PhaseEnv, cancel: CancelToken | None = None) -> None:
     """List the tools of toolsets whose list changed (or was never listed).
 
     A toolset that cannot list keeps the tools it had; the run goes on without
-    the others, and each failure is a `toolset.failed` event.
+    the others, and each failure is a `toolset.failed` event. The wait is bounded
+    by what the run has left of `Budget.max_seconds`, and, given the run's
+    `cancel` token (before the engine races the phases against it), by its
+    cancellation and deadline: a cancelled listing stops its server's start, and
+    the engine then ends the run `cancelled`.
     """
     run = ctx.state
-    for problem in await ctx.deps.tools.refresh():
+    limit = run.budget.max_seconds
+    within = None if limit is None else max(limit - run.elapsed_s, 0.0)
+    listing = ctx.deps.tools.refresh(within=within)
+    if cancel is None:
+        problems = await listing
+    else:
+        finished, found = await cancel.race(listing)
+        problems = found if finished and found is not None else []
+    for problem in problems:
         ctx.emitter.emit("toolset.failed", iteration=run.iteration, error=problem)
 
 

@@ -6,7 +6,8 @@ Run it as `python -m statemachine_agent.testing.mcp_server stdio` (what
 server prints is its URL). `serve_http()` starts one in a subprocess and yields the
 URL. Needs the `mcp` extra. Its tools cover what a client must handle: text,
 structured content, an image, an embedded resource, a tool error, a slow call, a
-crash mid-call and a tool list that changes; the `mcp` demo and example use it too.
+crash mid-call, a tool list that changes and a call counted on the server's side
+(`mark`); the `mcp` demo and example use it too.
 """
 
 from __future__ import annotations
@@ -88,6 +89,19 @@ async def slow(seconds: float) -> str:
 def crash() -> str:
     """Kills the server process mid-call."""
     os._exit(3)
+
+
+MARKS_ENV = "STATEMACHINE_AGENT_MCP_MARKS"
+"""The environment variable naming the file `mark` appends to (set by a test)."""
+
+
+@server.tool()
+def mark(token: str) -> str:
+    """Appends `token` to the file named by $STATEMACHINE_AGENT_MCP_MARKS: what was
+    received, counted on the server's side across all its processes."""
+    with open(os.environ[MARKS_ENV], "a", encoding="utf-8") as marks:
+        marks.write(f"{token}\n")
+    return f"marked {token}"
 
 
 @server.tool()

@@ -5,12 +5,18 @@ The server's tools are listed when a run first needs them, with the server's own
 input schemas, so the registry validates the model's input before anything is
 sent; the list is cached and listed again when the server says it changed.
 
-One session per toolset serves every run of the agents it is given to, on the
-event loop that opened it: an `async with agent:` block or a service's loop, or,
-for the blocking `agent.run()`, the thread's kept loop (`statemachine_agent.blocking`),
-where the session stays open between calls and is closed with `agent.close()`, when
-the thread ends, or at exit. The session runs in a task of its own, since the SDK's
-transports must be entered and left in one task while calls come from many.
+A toolset keeps one session per event loop, owned by that loop: every run on the
+loop (an `async with agent:` block, a service's loop, or, for the blocking
+`agent.run()`, the thread's kept loop of `statemachine_agent.blocking`) shares it,
+and no other loop ever closes it while it serves calls, so a call in flight is never
+cut off by another thread's run and sent again. A session ends with its loop (a
+kept loop when its thread ends or at exit, another loop when it closes), so the
+live server processes are bounded by the live loops; `aclose()` (`agent.close()`),
+from any thread, closes every loop's session, each on its own loop, and returns
+when they are closed (a stdio server stopped). The session runs in a task of its
+own, since the SDK's transports must be entered and left in one task while calls
+come from many. Opening and listing are bounded by `start_timeout`; an open that
+is cancelled or times out tears its transport down.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import contextlib
 import json
 import subprocess
 import sys
+import threading
 from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from typing import Any, TextIO, cast
 
@@ -33,7 +40,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from ..blocking import create_kept_task
+from ..blocking import create_kept_task, kept_loop_caller
 from .base import DEFAULT_TOOL_TIMEOUT, JSON, Tool, ToolContent
 from .registry import ToolError
 from .toolset import Toolset, ToolsetError
@@ -54,6 +61,12 @@ _DROPPED = (
 """What a call raises when the server went away (besides `MCPError` CONNECTION_CLOSED)."""
 
 
+DEFAULT_START_TIMEOUT = 30.0
+"""Seconds a server may take to answer `initialize` and list its tools (an `npx -y`
+start that installs first can take that long; a server that waits for input never
+answers)."""
+
+
 class MCPToolset(Toolset):
     """The tools of one MCP server; pass it in `Agent(tools=[...])` next to other tools.
 
@@ -65,7 +78,11 @@ class MCPToolset(Toolset):
     - `prefix`: put before each tool's name, to keep two servers' tools apart;
     - `untrusted=True`: fence the results as outside content (`Tool.untrusted`);
     - `requires_approval`: the tools (or `True`: all) whose calls need approval;
-    - `timeout`: seconds a call may take before it is answered with a timeout error.
+    - `timeout`: seconds a call may take before it is answered with a timeout error;
+    - `start_timeout`: seconds opening the session (the server's answer to `initialize`)
+      and listing the tools may take (a run's own `Budget(max_seconds=)` and `deadline=`
+      bound it too); past them the toolset is left out of the run with a
+      `toolset.failed` event, and tried again later (see `ToolRegistry.refresh`).
 
     A call that finds the server gone reconnects once and tries again; if that
     fails too the call is answered with an `is_error` result (so a call the server
@@ -84,6 +101,7 @@ class MCPToolset(Toolset):
         untrusted: bool = False,
         requires_approval: bool | Collection[str] = (),
         timeout: float | None = DEFAULT_TOOL_TIMEOUT,
+        start_timeout: float = DEFAULT_START_TIMEOUT,
     ) -> None:
         """Prefer `MCPToolset.stdio` or `MCPToolset.http`; `opener` opens the transport."""
         if allow is not None and deny:
@@ -95,6 +113,8 @@ class MCPToolset(Toolset):
             raise TypeError("MCPToolset requires_approval= takes True or a collection of names")
         if timeout is not None and not timeout > 0:
             raise ValueError(f"MCPToolset timeout must be positive, got {timeout!r}")
+        if not start_timeout > 0:
+            raise ValueError(f"MCPToolset start_timeout must be positive, got {start_timeout!r}")
         self.name = name
         self.allow = frozenset(allow) if allow is not None else None
         self.deny = frozenset(deny)
@@ -106,11 +126,16 @@ class MCPToolset(Toolset):
             else frozenset(requires_approval)
         )
         self.timeout = timeout
+        self.start_timeout = start_timeout
         self.secrets: tuple[str, ...] = ()
         """Values the agent's audit redaction masks (the `headers=` of `http`)."""
         self._opener = opener
-        self._connection: _Connection | None = None
-        self._lock: asyncio.Lock | None = None
+        self._guard = threading.Lock()
+        """Runs on any threads open sessions: guards the two tables below."""
+        self._sessions: dict[asyncio.AbstractEventLoop, _Connection] = {}
+        """Each loop's session, from its opening until its task has ended."""
+        self._opening: dict[asyncio.AbstractEventLoop, asyncio.Lock] = {}
+        """Each loop's lock, so its concurrent runs open one session, not one each."""
         self._stale = True
         self.reconnects = 0
         """How many times a dropped session was opened again (for tests and monitoring)."""
@@ -176,8 +201,12 @@ class MCPToolset(Toolset):
         """The server's tools (filtered, prefixed) as `Tool`s; the list is then fresh."""
         self._stale = False  # a change announced while listing makes it stale again
         try:
-            listed = await self._request(lambda session: _all_tools(session))
-        except ToolsetError:
+            async with asyncio.timeout(self.start_timeout):
+                listed = await self._request(lambda session: _all_tools(session))
+        except TimeoutError:
+            self._stale = True
+            raise ToolsetError(self._late()) from None
+        except BaseException:  # failed or cancelled: not listed
             self._stale = True
             raise
         return [self._tool(spec) for spec in listed if self._offered(spec.name)]
@@ -196,21 +225,28 @@ class MCPToolset(Toolset):
         return content
 
     async def aclose(self) -> None:
-        """Close the session (and stop a stdio server); the next call opens a new one.
+        """Close every loop's session (and stop its stdio server); a later call opens anew.
 
-        A session opened on another event loop is closed on that loop: at once if
-        the loop runs (in another thread), otherwise when that loop is closed.
+        Each session is closed on its own loop: this one's here; a running loop's (in
+        another thread) by sending the close to it; a thread's idle kept loop's by
+        running that loop for the close. It returns when all of them have closed.
         """
-        connection, self._connection = self._connection, None
-        if connection is not None:
-            await connection.close_from(asyncio.get_running_loop())
+        loop = asyncio.get_running_loop()
+        with self._guard:
+            connections = list(self._sessions.values())
+        await asyncio.gather(*(connection.close_from(loop) for connection in connections))
+        with self._guard:  # sessions of loops closed without ending their tasks
+            for connection in connections:
+                if connection.loop.is_closed():
+                    self._forget(connection)
 
     # -- the session ---------------------------------------------------------
 
     async def _request(self, send: Callable[[ClientSession], Any]) -> Any:
         """Send on the session, reconnecting once if the server went away."""
+        connection: _Connection | None = None
         for attempt in (1, 2):
-            connection = await self._open(fresh=attempt == 2)
+            connection = await self._open(replacing=connection)
             try:
                 return await send(connection.session)
             except MCPError as exc:
@@ -225,33 +261,56 @@ class MCPToolset(Toolset):
                 raise ToolsetError(f"{failure}, again after reconnecting")
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _open(self, *, fresh: bool) -> _Connection:
-        """The live session of this event loop, opened if there is none (or `fresh`)."""
+    async def _open(self, *, replacing: _Connection | None = None) -> _Connection:
+        """This loop's live session, opened if there is none; `replacing`: the session a
+        call found gone, opened again unless another call of this loop already did."""
         loop = asyncio.get_running_loop()
-        if self._lock is None or self._lock_loop is not loop:
-            self._lock, self._lock_loop = asyncio.Lock(), loop
-        async with self._lock:
-            current = self._connection
-            if current is not None and current.loop is loop and not fresh and current.alive:
+        with self._guard:
+            for other in [other for other in self._opening if other.is_closed()]:
+                del self._opening[other]
+            lock = self._opening.setdefault(loop, asyncio.Lock())
+        async with lock:
+            current = self._sessions.get(loop)
+            if current is not None and current.alive and current is not replacing:
                 return current
             if current is not None:
-                self._connection = None
-                if current.loop is loop:
-                    await current.close()
+                await current.close()
+                with self._guard:
+                    self._forget(current)
                     self.reconnects += 1
-                else:  # a session of another loop (a thread's kept loop, or one that ended)
-                    await current.close_from(loop, wait=False)
-            connection = _Connection(self._opener, self._on_message)
-            await connection.ready()
-            self._connection = connection
-            self._stale = True if current is not None else self._stale  # relist after a reconnect
+                self._stale = True  # the server may have other tools now
+            connection = _Connection(self._opener, self._on_message, self._ended)
+            with self._guard:
+                self._sessions[loop] = connection
+            try:
+                async with asyncio.timeout(self.start_timeout):
+                    await connection.ready()
+            except BaseException as exc:  # failed, timed out or cancelled: no process left
+                await connection.abort()
+                if isinstance(exc, TimeoutError):
+                    raise ToolsetError(self._late()) from None
+                raise
             return connection
+
+    def _ended(self, connection: _Connection) -> None:
+        with self._guard:
+            self._forget(connection)
+
+    def _forget(self, connection: _Connection) -> None:
+        """Drop `connection` from the table if it is still there (it ended); under `_guard`."""
+        if self._sessions.get(connection.loop) is connection:
+            del self._sessions[connection.loop]
+
+    def _late(self) -> str:
+        return (
+            f"the server did not answer within start_timeout={self.start_timeout:g} s "
+            "(a server still installing or starting, or one waiting for input, answers "
+            "nothing); the run goes on without its tools"
+        )
 
     async def _on_message(self, message: IncomingMessage) -> None:
         if isinstance(message, types.ToolListChangedNotification):
             self._stale = True
-
-    _lock_loop: asyncio.AbstractEventLoop | None = None
 
     # -- the tools -----------------------------------------------------------
 
@@ -281,7 +340,12 @@ class MCPToolset(Toolset):
 class _Connection:
     """One session, owned by a task that enters and leaves the SDK's contexts."""
 
-    def __init__(self, opener: Opener, on_message: MessageHandlerFnT) -> None:
+    def __init__(
+        self,
+        opener: Opener,
+        on_message: MessageHandlerFnT,
+        on_end: Callable[[_Connection], None],
+    ) -> None:
         self.loop = asyncio.get_running_loop()
         self._opener = opener
         self._on_message = on_message
@@ -290,8 +354,11 @@ class _Connection:
         self._session: ClientSession | None = None
         self._error: BaseException | None = None
         # On a thread's kept loop (a blocking `agent.run()`), the session outlives the
-        # call that opened it and is closed when the loop is closed.
+        # call that opened it and is closed when the loop is closed; other threads
+        # close it through `_elsewhere`, even while that loop is idle.
+        self._elsewhere = kept_loop_caller()
         self._task = create_kept_task(self._serve(), name="mcp-session", close=self.close)
+        self._task.add_done_callback(lambda _: on_end(self))
 
     @property
     def session(self) -> ClientSession:
@@ -310,20 +377,31 @@ class _Connection:
             detail = f"{type(error).__name__}: {error}" if error is not None else "it ended"
             raise ToolsetError(f"could not open the session ({_innermost(detail, error)})")
 
-    async def close_from(self, loop: asyncio.AbstractEventLoop, *, wait: bool = True) -> None:
-        """Close from code running on `loop`, which need not be the session's own."""
+    async def close_from(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Close from code running on `loop`, which need not be the session's own, and
+        return when it is closed (but for a foreign loop that is neither running nor
+        closed: it is told to close, and does when it runs again)."""
         if self.loop is loop:
             await self.close()
         elif self.loop.is_closed():
             return  # the session ended with its loop
+        elif self._elsewhere is not None:  # a thread's kept loop, running or idle
+            await asyncio.wrap_future(self._elsewhere(self.close))
         elif self.loop.is_running():  # another thread's loop: close it there
-            future = asyncio.run_coroutine_threadsafe(self.close(), self.loop)
-            if wait:
-                await asyncio.wrap_future(future)
-        # else: an idle kept loop (another thread's blocking calls) closes it when it closes
+            await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self.close(), self.loop))
+        else:
+            self.loop.call_soon_threadsafe(self._stop.set)
+
+    async def abort(self) -> None:
+        """End an open that failed or was given up: cancel it, and wait while the
+        transport is torn down (the SDK stops a stdio server even when cancelled)."""
+        self._task.cancel()
+        await asyncio.wait({self._task})
 
     async def close(self) -> None:
         """Leave the session's contexts (in its own task) and wait for that, on its loop."""
+        if not self._up.is_set():  # still opening (a server that does not answer): give up
+            self._task.cancel()
         self._stop.set()
         with contextlib.suppress(Exception, asyncio.CancelledError):
             await asyncio.wait_for(asyncio.shield(self._task), timeout=10)

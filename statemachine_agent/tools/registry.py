@@ -13,12 +13,15 @@ How a tool and a call's input are checked is `_validation`; how one handler is r
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import copy
 import dataclasses
 import hashlib
 import html
 import inspect
 import itertools
 import re
+import threading
 import time
 import unicodedata
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -92,6 +95,12 @@ class ToolRegistry:
         """Tools whose handler takes a `RunContext`: the parameter's name, by tool."""
         self._toolsets: dict[Toolset, tuple[str, ...]] = {}
         """Each toolset, and the names of the tools it last listed."""
+        self._guard = threading.Lock()
+        """Runs on any threads refresh the toolsets: guards the two tables below."""
+        self._listings: dict[Toolset, concurrent.futures.Future[list[str] | None]] = {}
+        """The listing in flight of each toolset being listed (see `refresh`)."""
+        self._retry: dict[Toolset, tuple[float, float]] = {}
+        """Toolsets whose last listing failed: when to try again, and the delay used."""
         for item in tools:
             self.register(item)
 
@@ -126,34 +135,103 @@ class ToolRegistry:
     def toolsets(self) -> tuple[Toolset, ...]:
         return tuple(self._toolsets)
 
-    async def refresh(self) -> list[str]:
+    async def refresh(self, *, within: float | None = None) -> list[str]:
         """List the tools of every stale toolset and register them in place of its old ones.
 
         Never raises for a toolset's failure: a toolset that cannot list keeps the
         tools it had (none, before its first listing), and the failure is returned,
         one message each, for the caller to report. A listed tool whose name is
         taken by another tool is left out, and said so.
+
+        One agent serves many runs, on any loops and threads, so a listing is
+        single-flight: a run that finds a toolset being listed awaits that listing
+        (and hears of its failure) rather than go on without its tools, and the
+        listed tools replace the old ones in one step, so no run ever sees a
+        half-filled registry. `within`: the seconds the caller may wait (what its run
+        has left); a listing not done by then is a failure for this caller. A toolset
+        that failed is listed again only after a backoff (`_RETRY_FIRST` seconds,
+        doubling), not before every model call of every run.
         """
-        problems: list[str] = []
-        for toolset, names in list(self._toolsets.items()):
-            if not toolset.stale:
-                continue
+        found = await asyncio.gather(*(self._refresh_one(t, within) for t in self.toolsets))
+        return [problem for problems in found for problem in problems]
+
+    async def _refresh_one(self, toolset: Toolset, within: float | None) -> list[str]:
+        while True:
+            with self._guard:
+                listing = self._listings.get(toolset)
+                leads = listing is None
+                if listing is None:
+                    retry_at = self._retry.get(toolset, (0.0, 0.0))[0]
+                    if not toolset.stale or time.monotonic() < retry_at:
+                        return []
+                    listing = self._listings[toolset] = concurrent.futures.Future()
+            if leads:
+                return await self._list(toolset, listing, within)
             try:
-                listed = list(await toolset.list_tools())
+                shared = asyncio.shield(asyncio.wrap_future(listing))
+                problems = await asyncio.wait_for(shared, within)
+            except TimeoutError:
+                return [_late(toolset, within)]
+            if problems is not None:  # None: its leader was cancelled; list it ourselves
+                return problems
+
+    async def _list(
+        self,
+        toolset: Toolset,
+        listing: concurrent.futures.Future[list[str] | None],
+        within: float | None,
+    ) -> list[str]:
+        """List `toolset` for every caller waiting on `listing`, and publish its tools."""
+        problems: list[str] | None = None  # stays None if cancelled: a waiter takes over
+        failed = True
+        try:
+            try:
+                async with asyncio.timeout(within):
+                    listed = list(await toolset.list_tools())
             except ToolsetError as exc:
-                problems.append(f"toolset {toolset.name!r}: {exc}")
+                problems = [f"toolset {toolset.name!r}: {exc}"]
+            except TimeoutError:
+                problems = [_late(toolset, within)]
+            else:
+                failed = False
+                problems = self._publish(toolset, listed)
+        finally:
+            with self._guard:
+                del self._listings[toolset]
+                if failed and problems is not None:
+                    delay = self._retry.get(toolset, (0.0, _RETRY_FIRST / 2))[1] * 2
+                    delay = min(delay, _RETRY_MAX)
+                    self._retry[toolset] = (time.monotonic() + delay, delay)
+                elif not failed:
+                    self._retry.pop(toolset, None)
+            listing.set_result(problems)
+        return problems
+
+    def _publish(self, toolset: Toolset, listed: Sequence[Tool]) -> list[str]:
+        """Register `listed` in place of the toolset's old tools, in one step for readers:
+        the new tables are built aside, then swapped in (the tools table last)."""
+        problems: list[str] = []
+        staged = copy.copy(self)
+        staged._tools, staged._validators = dict(self._tools), dict(self._validators)
+        staged._keyed, staged._contextual = set(self._keyed), dict(self._contextual)
+        for name in self._toolsets[toolset]:
+            staged._unregister(name)
+        added: list[str] = []
+        for item in listed:
+            try:
+                staged.register(item)
+            except ValueError as exc:
+                problems.append(f"toolset {toolset.name!r}: {exc}; left out (use prefix=)")
                 continue
-            for name in names:
-                self._unregister(name)
-            added: list[str] = []
-            for item in listed:
-                try:
-                    self.register(item)
-                except ValueError as exc:
-                    problems.append(f"toolset {toolset.name!r}: {exc}; left out (use prefix=)")
-                    continue
-                added.append(item.name)
-            self._toolsets[toolset] = tuple(added)
+            added.append(item.name)
+        # The new tools' entries first, so a run that sees a new tool finds its validator.
+        self._validators = {**self._validators, **staged._validators}
+        self._keyed = self._keyed | staged._keyed
+        self._contextual = {**self._contextual, **staged._contextual}
+        self._tools = staged._tools
+        self._validators, self._keyed = staged._validators, staged._keyed
+        self._contextual = staged._contextual
+        self._toolsets[toolset] = tuple(added)
         return problems
 
     async def aclose(self) -> None:
@@ -251,7 +329,8 @@ class ToolRegistry:
             return self._error(
                 call, "unknown_tool", f"Unknown tool {call.name!r}. Available tools: {available}"
             )
-        problem = input_problem(found, self._validators[found.name], call.input)
+        validator = self._validators.get(found.name) or input_validator(found)  # relisted
+        problem = input_problem(found, validator, call.input)
         if problem is not None:
             return self._error(call, "invalid_input", problem)
         return await self._run(found, call)
@@ -284,10 +363,11 @@ class ToolRegistry:
                     f"{found.name} raised {describe_exc(exc.original)}",
                     transient=isinstance(exc.original, found.retry_on),
                 )
-            except HandlerTimeoutError:
+            except HandlerTimeoutError as exc:
                 failure = _Failure(
                     "timeout",
-                    f"Tool {found.name!r} did not finish within {float(found.timeout or 0)} s; "
+                    str(exc)  # a deadline of the handler's own (an MCP call's) says which
+                    or f"Tool {found.name!r} did not finish within {float(found.timeout or 0)} s; "
                     "try a smaller request, or continue without this result",
                     transient=True,
                 )
@@ -401,6 +481,19 @@ class ToolRegistry:
         )
         extra = {**outcome.extra, "omitted_chars": omitted}
         return dataclasses.replace(outcome, content=content, extra=extra)
+
+
+_RETRY_FIRST = 10.0
+"""Seconds before a toolset that failed to list is tried again; doubled each failure."""
+_RETRY_MAX = 300.0
+"""The longest wait between two attempts to list a failing toolset."""
+
+
+def _late(toolset: Toolset, within: float | None) -> str:
+    return (
+        f"toolset {toolset.name!r}: not listed within the {float(within or 0):.1f} s "
+        "the run had left; the run goes on without its tools"
+    )
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
