@@ -380,6 +380,45 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return verification.exit_code
 
 
+def cmd_stats(args: argparse.Namespace) -> int:
+    """The fleet view over many audit files: tables on stdout (or JSON), an HTML page."""
+    import json
+
+    from statemachine_agent import report
+    from statemachine_agent.persistence.crypto import KeyMismatchError
+    from statemachine_agent.report.console import console_for
+    from statemachine_agent.report.stats_console import print_stats
+
+    if args.html:
+        _refuse_input_as_output(args.html, args.paths)
+    try:
+        fleet = report.stats(args.paths, encryption_key=cipher_of(args), audit_key=args.key)
+    except report.ReportError as exc:
+        raise UsageError(str(exc)) from exc
+    except (KeyMismatchError, ValueError) as exc:  # an unusable --key
+        raise UsageError(f"--key: {exc}") from exc
+    if args.json:
+        print(json.dumps(fleet.as_dict(), indent=2, ensure_ascii=False))
+    else:
+        print_stats(fleet, console_for(sys.stdout))
+    if args.html:
+        from statemachine_agent.report.stats_page import render_stats
+
+        _write(args.html, render_stats(fleet).encode("utf-8"), source=None)
+        print(f"Page:       {args.html}", file=sys.stderr if args.json else sys.stdout)
+    return 0
+
+
+def _refuse_input_as_output(output: str, paths: Sequence[str]) -> None:
+    """`--html` may not be one of the audit files read: a file given, or a `.jsonl` file
+    in a folder given (the page would replace the evidence it was built from)."""
+    target = Path(output)
+    for given in map(Path, paths):
+        inside = given.is_dir() and target.resolve().is_relative_to(given.resolve())
+        if _same_file(target, given) or (inside and target.suffix == ".jsonl"):
+            raise UsageError(f"--html {output} is an audit file read: give another file")
+
+
 def _diagram_format(given: str | None, output: str | None) -> str:
     """The format `-o FILE` asks for by its suffix, else `--format`, else Mermaid; a
     suffix that contradicts `--format` is a usage error (`run.svg` holding Mermaid
@@ -560,6 +599,22 @@ def parser() -> argparse.ArgumentParser:
     verify.add_argument("--key", help=KEY_HELP)
     add_key_option(verify)
     verify.set_defaults(func=cmd_verify)
+
+    stats = sub.add_parser(
+        "stats",
+        help="what many runs did: rows fired and never fired, end states, approvals, stalls",
+        description="Read audit files (a folder: its *.jsonl files, recursively) and show per "
+        "row how often it fired, how runs ended (iterations, cost and wall time per end "
+        "state), approvals, stalls, and the files that do not verify (named, not counted).",
+    )
+    stats.add_argument("paths", nargs="+", metavar="PATH", help="audit files or folders")
+    stats.add_argument("--json", action="store_true", help="print the figures as JSON")
+    stats.add_argument(
+        "--html", metavar="FILE", help="also write an HTML page with the diagram as a heat map"
+    )
+    stats.add_argument("--key", help="the audit_key the runs were written with")
+    add_key_option(stats)
+    stats.set_defaults(func=cmd_stats)
 
     from statemachine_agent.cli.sessions import add_commands
     from statemachine_agent.cli.store import add_commands as add_store_commands

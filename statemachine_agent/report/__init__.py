@@ -4,6 +4,8 @@
 self-contained HTML page (`page.py`, with the chart of `chart.py`), `inspect_table`
 the terminal table of `statemachine-agent inspect` (`console.py`), and
 `RunProgress` drives the live status line of `statemachine-agent run` (`live.py`).
+`stats` is the fleet view over many audit files (`stats.py`: a `FleetStats`, shown by
+`stats_console.py` in a terminal and by `stats_page.py` as an HTML heat map).
 """
 
 from __future__ import annotations
@@ -31,12 +33,28 @@ from statemachine_agent.report.console import inspect_table, print_inspect
 from statemachine_agent.report.drawing import Drawing, drawing
 from statemachine_agent.report.live import RunProgress, live_status
 from statemachine_agent.report.page import render
+from statemachine_agent.report.stats import (
+    ApprovalStats,
+    EndStateStats,
+    Figures,
+    FileProblem,
+    FleetStats,
+    ReviewerStats,
+    RowCount,
+    StallStats,
+    stats,
+)
 
 ROW_KEYS_CAP = 10_000
 """Distinct rows of the transition table the diagram counts (a file may name any)."""
 
 __all__ = [
+    "ApprovalStats",
     "Drawing",
+    "EndStateStats",
+    "Figures",
+    "FileProblem",
+    "FleetStats",
     "Gap",
     "Iteration",
     "LeftOut",
@@ -45,7 +63,10 @@ __all__ = [
     "Outcome",
     "Report",
     "ReportError",
+    "ReviewerStats",
+    "RowCount",
     "RunProgress",
+    "StallStats",
     "Tokens",
     "ToolRun",
     "Transition",
@@ -56,6 +77,7 @@ __all__ = [
     "live_status",
     "print_inspect",
     "render",
+    "stats",
 ]
 
 
