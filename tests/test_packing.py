@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import zlib
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from statemachine_agent.persistence.packing import (
@@ -34,6 +35,23 @@ class TestPacking:
     def test_any_text_comes_back_exactly(self, text: str) -> None:
         packed = pack(text)
         assert packed[0] == WRITES_WITH
+        assert unpack(packed) == text
+
+    @settings(max_examples=30)
+    @given(
+        text=st.text(st.sampled_from('ab{}":,é€'), min_size=4_000, max_size=20_000),
+        earlier=st.booleans(),
+    )
+    def test_bodies_longer_than_the_write_window_and_rows_written_earlier_read_back(
+        self, text: str, earlier: bool
+    ) -> None:
+        """Rows are written with an 8 KiB window; a longer body, and a row written by an
+        earlier version (32 KiB window, default memory level), inflate exactly."""
+        packed = pack(text)
+        if earlier:
+            deflate = zlib.compressobj(6, zlib.DEFLATED, -15, zdict=DICTIONARIES[WRITES_WITH])
+            data = text.encode("utf-8")
+            packed = bytes((WRITES_WITH,)) + deflate.compress(data) + deflate.flush()
         assert unpack(packed) == text
 
     @given(text=TEXT, cut=st.integers(min_value=1, max_value=40))

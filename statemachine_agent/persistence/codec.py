@@ -63,8 +63,11 @@ def _fast(value: Any) -> Plain:
         if not math.isfinite(value):
             raise _NotPlainError
         return value
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _fast(getattr(value, f.name)) for f in dataclasses.fields(value) if f.init}
+    names = _INIT_FIELDS.get(kind, _UNSEEN)
+    if names is _UNSEEN:
+        names = _init_fields(kind)
+    if names is not None:
+        return {name: _fast(getattr(value, name)) for name in names}
     if isinstance(value, Mapping):
         return _fast(dict(value))
     if isinstance(value, Path):
@@ -72,6 +75,23 @@ def _fast(value: Any) -> Plain:
     if isinstance(value, bool | int | str):
         return value
     raise _NotPlainError
+
+
+_INIT_FIELDS: dict[type[Any], tuple[str, ...] | None] = {}
+"""The fields a dataclass type is built from, by type (None: not a dataclass). A
+record is encoded at every checkpoint, and asking `dataclasses` for every value's
+fields each time was most of the cost of encoding it."""
+_UNSEEN: Any = object()
+
+
+def _init_fields(kind: type[Any]) -> tuple[str, ...] | None:
+    names = (
+        tuple(f.name for f in dataclasses.fields(kind) if f.init)
+        if dataclasses.is_dataclass(kind)
+        else None
+    )
+    _INIT_FIELDS[kind] = names
+    return names
 
 
 def _with_paths(value: Any, path: str) -> Plain:

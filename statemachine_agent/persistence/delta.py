@@ -302,21 +302,39 @@ def _calls_of(ref: Mapping[str, Plain], messages: list[Plain]) -> list[Plain]:
 
 def _fields_plain(obj: Any, prefix: str, cache: dict[str, tuple[Any, Plain]]) -> dict[str, Plain]:
     plain: dict[str, Plain] = {}
-    for f in fields(obj):
-        rule = f.metadata.get("checkpoint", "diffed")
-        if not f.init or rule in ("appended", "not_stored"):
-            continue
-        value, path = getattr(obj, f.name), prefix + f.name
-        if rule == "replaced":
+    for name, replaced, nested in _stored_fields(type(obj)):
+        value, path = getattr(obj, name), prefix + name
+        if replaced:
             known = cache.get(path)
             if known is None or known[0] is not value:
                 known = cache[path] = (value, to_plain(value, path))
-            plain[f.name] = known[1]
-        elif is_dataclass(value) and not isinstance(value, type):
-            plain[f.name] = _fields_plain(value, path + ".", cache)
+            plain[name] = known[1]
+        elif nested and is_dataclass(value) and not isinstance(value, type):
+            plain[name] = _fields_plain(value, path + ".", cache)
         else:
-            plain[f.name] = to_plain(value, path)
+            plain[name] = to_plain(value, path)
     return plain
+
+
+_STORED: dict[type[Any], tuple[tuple[str, bool, bool], ...]] = {}
+
+
+def _stored_fields(kind: type[Any]) -> tuple[tuple[str, bool, bool], ...]:
+    """A record type's stored fields, read from its declarations once: (name, whether
+    its value is replaced rather than changed, whether it may hold a dataclass)."""
+    found = _STORED.get(kind)
+    if found is None:
+        found = _STORED[kind] = tuple(
+            (f.name, f.metadata.get("checkpoint", "diffed") == "replaced", _may_nest(f.type))
+            for f in fields(kind)
+            if f.init and f.metadata.get("checkpoint", "diffed") not in ("appended", "not_stored")
+        )
+    return found
+
+
+def _may_nest(hint: Any) -> bool:
+    """False only for fields declared as a plain scalar, which never hold a dataclass."""
+    return hint not in ("int", "float", "str", "bool", int, float, str, bool)
 
 
 _MESSAGE_REF = "$message"
