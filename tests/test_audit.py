@@ -132,6 +132,18 @@ class TestSinks:
         ]
         assert all(e["run_id"] == result.run_id for e in events)
 
+    def test_read_events_takes_any_path_form(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """`read_events` takes a `str` (relative or absolute) like every other path
+        parameter, not only a `Path`, and reads the same events."""
+        result = Agent(ScriptedModel([replies.text("hi")]), audit=tmp_path).run("q")
+        assert result.audit_path is not None
+        monkeypatch.chdir(tmp_path)
+        expected = read_events(result.audit_path)
+        assert read_events(str(result.audit_path)) == expected
+        assert read_events(result.audit_path.name) == expected
+
     def test_lines_are_written_in_batches(self, tmp_path: Path) -> None:
         """Lines wait in memory until a flush, a full batch or close; none is lost."""
         path = tmp_path / "a.jsonl"

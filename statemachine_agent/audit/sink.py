@@ -131,21 +131,24 @@ class MemorySink:
 
 
 def read_events(
-    path: Path, encryption_key: EncryptionKey | Sequence[EncryptionKey] | None = None
+    path: str | os.PathLike[str],
+    encryption_key: EncryptionKey | Sequence[EncryptionKey] | None = None,
 ) -> list[dict[str, Any]]:
     """Load an audit file, naming the line of anything malformed (or sealed with another key)."""
     return [event for _, event in iter_numbered(path, encryption_key)]
 
 
 def read_numbered(
-    path: Path, encryption_key: EncryptionKey | Sequence[EncryptionKey] | Cipher | None = None
+    path: str | os.PathLike[str],
+    encryption_key: EncryptionKey | Sequence[EncryptionKey] | Cipher | None = None,
 ) -> list[tuple[int, dict[str, Any]]]:
     """The file's events with their line numbers (all in memory; see `iter_numbered`)."""
     return list(iter_numbered(path, encryption_key))
 
 
 def iter_numbered(
-    path: Path, encryption_key: EncryptionKey | Sequence[EncryptionKey] | Cipher | None = None
+    path: str | os.PathLike[str],
+    encryption_key: EncryptionKey | Sequence[EncryptionKey] | Cipher | None = None,
 ) -> Iterator[tuple[int, dict[str, Any]]]:
     """The file's events with their line numbers, read as a stream (one line in memory at
     a time). Any malformed line is an `AuditFileError` (a `ValueError`) naming it: not
@@ -154,6 +157,7 @@ def iter_numbered(
     from statemachine_agent.persistence.crypto import Cipher, KeyMismatchError, cipher_for
 
     cipher = encryption_key if isinstance(encryption_key, Cipher) else cipher_for(encryption_key)
+    path = Path(path)
     with path.open("rb") as handle:
         for number, raw in enumerate(handle, start=1):
             try:
