@@ -173,6 +173,7 @@ class TestAPersonsDecisionFromAnotherProcess:
         assert "waited " in line
         assert "paused: waiting for approval of 1 tool call(s)" in section
         assert "resumed" in section.split("paused:")[1]  # the resume follows the pause
+        assert out.count(f" by {person}") == 1  # listed once: beside the table, not in it
 
 
 def small_refunds_only(call: ToolCall) -> Approve | Deny:

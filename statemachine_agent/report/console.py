@@ -19,6 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from statemachine_agent.audit.chain import Verification
+from statemachine_agent.report._reading import REVIEW_EVENTS
 from statemachine_agent.report.build import Iteration, Report, SummaryStep, Tokens, describe_calls
 from statemachine_agent.report.fmt import count, printable, usd
 from statemachine_agent.report.reviews import Reviews
@@ -41,8 +42,11 @@ def _row(table: Table, *cells: str | Text, style: str | None = None) -> None:
     table.add_row(*(_text(cell) for cell in cells), style=style)
 
 
-def inspect_table(report: Report) -> Table:
-    """One row per iteration (and one for transitions before the first model call), then totals."""
+def inspect_table(report: Report, *, reviews_apart: bool = False) -> Table:
+    """One row per iteration (and one for transitions before the first model call), then totals.
+
+    `reviews_apart`: leave decisions, pauses and resumes out of the rows, because the
+    caller lists them whole beside the table (`print_inspect` does), so each shows once."""
     table = Table(title=_text(f"Run {report.run_id}"), title_justify="left", show_lines=True)
     table.add_column("iter", justify="right", no_wrap=True)
     table.add_column("transitions (guards of the row that fired)", ratio=1)
@@ -51,12 +55,12 @@ def inspect_table(report: Report) -> Table:
     table.add_column("tokens (in / out)", justify="right", no_wrap=True)
     table.add_column("cost", justify="right", no_wrap=True)
     if report.preamble is not None:
-        _row(table, "-", *_cells(report.preamble))
+        _row(table, "-", *_cells(report.preamble, reviews_apart))
     gap = report.gap
     for index, iteration in enumerate(report.iterations):
         if gap is not None and index == gap.at:
             _row(table, "…", Text(f"{gap.count:,} iterations left out", style="dim"))
-        _row(table, str(iteration.number), *_cells(iteration))
+        _row(table, str(iteration.number), *_cells(iteration, reviews_apart))
         for step in report.summaries:
             if step.after_iteration == iteration.number:
                 _row(table, "S", *_summary_cells(step))
@@ -78,7 +82,7 @@ def inspect_table(report: Report) -> Table:
     return table
 
 
-def _cells(iteration: Iteration) -> tuple[Text, str, Text, str, str]:
+def _cells(iteration: Iteration, reviews_apart: bool) -> tuple[Text, str, Text, str, str]:
     """The cells of one iteration's row, after its number."""
     moves = Text()
     for index, t in enumerate(iteration.transitions):
@@ -88,6 +92,8 @@ def _cells(iteration: Iteration) -> tuple[Text, str, Text, str, str]:
         if t.via:
             moves.append(f" [{' & '.join(t.via)}]", style="dim")
     for note in iteration.notes:
+        if reviews_apart and note.event in REVIEW_EVENTS:
+            continue
         text = note.text if len(note.text) <= NOTE_WIDTH else note.text[: NOTE_WIDTH - 1] + "…"
         moves.append(f"\n{note.event}: {text}", style="red" if note.error else "yellow")
     left = iteration.left_out
@@ -149,7 +155,7 @@ def print_inspect(
     """The table, then the run's approvals, pauses and resumes (from `reviews`, read
     off the same events), then how the run ended, then whether the audit file's chain
     holds; then each sub-agent run it started, the same way, under its tool call."""
-    console.print(inspect_table(report))
+    console.print(inspect_table(report, reviews_apart=reviews is not None))
     _print_left_out(report, console)
     if reviews is not None:
         _print_reviews(report.run_id, reviews, console)
