@@ -278,8 +278,6 @@ class Act:
         ctx.checkpoint()
 
 
-def _reused(call: ToolCall) -> ToolOutcome:
-    """The answer to a call whose tool_use id an earlier call of the run already used.
 _KINDS: dict[type, Literal["approve", "deny", "edit", "defer"]] = {
     Approve: "approve",
     Deny: "deny",
@@ -293,6 +291,8 @@ _DECIDED_BY: dict[str, Literal["person", "policy", "default"]] = {
 }
 
 
+def _reused(call: ToolCall) -> ToolOutcome:
+    """The answer to a call whose tool_use id an earlier call of the run already used.
 
     Its idempotency key (`<run_id>:<tool_use_id>`) would be the earlier call's, so a
     tool that deduplicates on it, as the docs advise, would drop it and report
