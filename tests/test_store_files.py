@@ -75,6 +75,10 @@ class TestPrune:
         store.close()
 
 
+HEADER = ["RUN", "STATE", "ITER", "COST", "USD", "LAST", "UPDATE", "DRIVER", "METADATA"]
+"""The `runs` listing's header: one name for every column."""
+
+
 class TestCommands:
     def test_runs_lists_a_store(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         """`runs` shows run id, state, model calls, cost and the last update."""
@@ -83,12 +87,35 @@ class TestCommands:
             counting_run(store, "run_listed", 2)
         assert main(["runs", "--store", str(db)]) == 0
         out = capsys.readouterr().out.splitlines()
-        assert out[0].split() == ["RUN", "STATE", "ITER", "COST", "USD", "LAST", "UPDATE"]
+        assert out[0].split() == HEADER
         with SQLiteCheckpointer(db) as store:
             cost = load_record(store, "run_listed").cost_usd
         fields = out[1].split()
         assert fields[:4] == ["run_listed", "completed", "3", f"{cost:.4f}"]
-        assert out[1].endswith("UTC")
+        assert fields[6:] == ["UTC", "-", "-"]  # no driver, no metadata
+
+    def test_every_column_has_a_header(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """The driver and the metadata are columns with headers like the rest: each cell
+        starts under its header, and an empty cell shows `-`."""
+        db = tmp_path / "db"
+        with SQLiteCheckpointer(db) as store:
+            counting_run(store, "run_plain", 1)
+            agent = Agent(ScriptedModel([replies.text("done")]), checkpointer=store)
+            agent.run("count", run_id="run_held", metadata={"tenant": "acme"})
+            lease = store.acquire("run_held")
+            assert main(["runs", "--store", str(db)]) == 0
+            store.release(lease)
+        header, *rows = capsys.readouterr().out.splitlines()
+        assert header.split() == HEADER
+        by_id = {row.split()[0]: row for row in rows}
+        driver, meta = header.index("DRIVER"), header.index("METADATA")
+        held, plain = by_id["run_held"], by_id["run_plain"]
+        assert held[driver:].startswith(lease.owner)
+        assert held[meta:] == '{"tenant": "acme"}'
+        assert plain[driver:].split() == ["-", "-"]
+        assert plain[meta:] == "-"
 
     def test_prune_by_age(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         """`prune --older-than` deletes only what is old enough."""
@@ -172,7 +199,7 @@ class TestRunsByMetadata:
             }
         assert main(["runs", "--store", store_target]) == 0
         out = capsys.readouterr().out.splitlines()
-        assert out[0].split() == ["RUN", "STATE", "ITER", "COST", "USD", "LAST", "UPDATE"]
+        assert out[0].split() == HEADER
         assert [line.split()[:3] for line in out[1:]] == [
             ["acme_1", "completed", "1"],
             ["acme_2", "completed", "1"],

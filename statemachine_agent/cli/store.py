@@ -87,15 +87,22 @@ def cmd_runs(args: argparse.Namespace) -> int:
     if not runs:
         print("(no runs)")
         return 0
+    # Every column has a header and every cell a value (`-` for none), so the listing
+    # reads (and splits) the same whatever a row holds; the metadata, the widest, is last.
     width = max(len(r.run_id) for r in runs)
-    print(f"{'RUN':<{width}}  {'STATE':<17} {'ITER':>5} {'COST USD':>10}  LAST UPDATE")
-    for r in runs:
-        driver = f"  driven by {r.lease_owner}" if r.lease_owner else ""
-        meta = r.metadata
-        shown = f"  {json.dumps(meta, ensure_ascii=False, sort_keys=True)}" if meta else ""
+    drivers = [r.lease_owner or "-" for r in runs]
+    stamps = [stamp(r.updated_at) for r in runs]
+    driven = max(len("DRIVER"), *map(len, drivers))
+    updated = max(len("LAST UPDATE"), *map(len, stamps))
+    print(
+        f"{'RUN':<{width}}  {'STATE':<17} {'ITER':>5} {'COST USD':>10}  "
+        f"{'LAST UPDATE':<{updated}}  {'DRIVER':<{driven}}  METADATA"
+    )
+    for r, driver, when in zip(runs, drivers, stamps, strict=True):
+        meta = json.dumps(r.metadata, ensure_ascii=False, sort_keys=True) if r.metadata else "-"
         print(
             f"{r.run_id:<{width}}  {r.state:<17} {r.iterations:>5} {r.cost_usd:>10.4f}  "
-            f"{stamp(r.updated_at)}{shown}{driver}"
+            f"{when:<{updated}}  {driver:<{driven}}  {meta}"
         )
     return 0
 
