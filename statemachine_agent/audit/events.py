@@ -103,6 +103,8 @@ class Emitter:
         self.failure: str | None = None
         """Why a sink or the logger failed, if one did; the engine then ends the run in
         `failed`, because a run whose audit trail has a hole must not carry on."""
+        self._to_logger = self.logger is not None and self._logger_listens()
+        self._listening = bool(self.sinks or self._captures or self._to_logger)
 
     @property
     def logger_chosen(self) -> bool:
@@ -114,8 +116,11 @@ class Emitter:
 
         Building, redacting and passing on an event nobody receives costs more than
         the machine's transition itself, so a run with no audit pays nothing for it.
+        Decided once, when the run's emitter is made (and again when a sink or the
+        logger fails and is dropped), not asked of structlog and logging per event:
+        logging configured while a run is in flight applies from the next run.
         """
-        return bool(self.sinks or self._captures or self._logger_listens())
+        return self._listening
 
     def _logger_listens(self) -> bool:
         """Whether the logger would keep an event: one chosen by the host, structlog
@@ -154,7 +159,7 @@ class Emitter:
                 self.flush()
         for captured in self._captures:
             captured.append(dict(record))
-        if self.logger is None or not self._logger_listens():
+        if not self._to_logger:
             return
         fields = {k: v for k, v in record.items() if k != "event"}
         try:
@@ -162,6 +167,8 @@ class Emitter:
         except Exception as exc:
             self._failed("the audit logger", exc)
             self.logger = None
+            self._to_logger = False
+            self._listening = bool(self.sinks or self._captures)
 
     def flush(self) -> None:
         """Have every sink that buffers write what it holds (a failure is noted, as for
@@ -181,6 +188,7 @@ class Emitter:
             self.failure = f"{component} raised {type(exc).__name__}: {exc}"
         if drop is not None:
             self.sinks.remove(drop)
+            self._listening = bool(self.sinks or self._captures or self._to_logger)
             with contextlib.suppress(Exception):
                 drop.close()
 
