@@ -296,8 +296,9 @@ class TestStdio:
         assert wait_gone(first)
 
     def test_a_server_that_crashes_mid_call(self) -> None:
-        """The call fails as an error (after one reconnect); the next call gets a new server."""
-        toolset = stdio()
+        """A call the host says may be sent again (`resend=`) fails as an error after one
+        reconnect, when it kills the new server too; the next call gets a new server."""
+        toolset = stdio(resend={"crash": True})
         agent = Agent(calls(("pid", {}), ("crash", {}), ("pid", {})), tools=[toolset])
 
         async def main() -> RunResult:

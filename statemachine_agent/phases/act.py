@@ -251,6 +251,8 @@ class Act:
             "content": outcome.content,
             "duration_s": outcome.duration_s,
         }
+        if outcome.blocks:  # what went with the text (an image): named and digested, no bytes
+            fields["blocks"] = outcome.block_records()
         if outcome.is_error:
             tool = ctx.deps.tools.get(call.name)
             if tool is not None and tool.ends_run and outcome.error_kind in ANSWER_ERRORS:

@@ -8,11 +8,17 @@ URL. Needs the `mcp` extra. Its tools cover what a client must handle: text,
 structured content, an image, an embedded resource, a tool error, a slow call, a
 crash mid-call, a tool list that changes and a call counted on the server's side
 (`mark`); the `mcp` demo and example use it too.
+Servers in the wild add: an image sent twice (as content and as structured content,
+like `server-filesystem`'s `read_media_file`), a tool only callable as an MCP task, a
+dotted name, a destructive and an idempotent tool that kill the server on their first
+call (each call counted in a file the test names), progress reports, and the client's
+name as the server heard it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import os
 import socket
@@ -23,7 +29,16 @@ from collections.abc import Iterator
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.utilities.types import Image
-from mcp_types import EmbeddedResource, TextResourceContents
+from mcp_types import (
+    BlobResourceContents,
+    CallToolResult,
+    EmbeddedResource,
+    ImageContent,
+    TextResourceContents,
+    ToolAnnotations,
+    ToolExecution,
+)
+from mcp_types import Tool as ToolSpec
 from pydantic import BaseModel
 
 PNG = bytes.fromhex(
@@ -32,7 +47,22 @@ PNG = bytes.fromhex(
 )
 """A 1x1 PNG, the image the `picture` tool returns."""
 
-server: MCPServer = MCPServer("test-server", log_level="WARNING")
+TASK_ONLY = frozenset({"long_job"})
+"""Tools listed as callable only as MCP tasks (`execution.taskSupport: "required"`)."""
+
+
+class _Server(MCPServer):
+    """MCPServer, listing the `TASK_ONLY` tools as task-only (its API cannot say so)."""
+
+    async def list_tools(self) -> list[ToolSpec]:
+        required = ToolExecution(task_support="required")
+        return [
+            spec.model_copy(update={"execution": required}) if spec.name in TASK_ONLY else spec
+            for spec in await super().list_tools()
+        ]
+
+
+server: MCPServer = _Server("test-server", log_level="WARNING")
 
 
 class Sum(BaseModel):
@@ -120,6 +150,82 @@ async def grow(name: str, ctx: Context) -> str:
     server.add_tool(added, name=name, description=f"Added at run time: {name}.")
     await ctx.session.send_tool_list_changed()
     return f"added {name}"
+
+
+@server.tool()
+def photo() -> CallToolResult:
+    """The PNG as an image item and again inside structured content (as `read_media_file`)."""
+    data = base64.b64encode(PNG).decode()
+    return CallToolResult(
+        content=[ImageContent(type="image", data=data, mime_type="image/png")],
+        structured_content={"content": [{"type": "image", "data": data, "mimeType": "image/png"}]},
+    )
+
+
+@server.tool()
+def note_blob() -> EmbeddedResource:
+    """A `text/plain` resource sent as a base64 blob."""
+    blob = base64.b64encode(b"plain words").decode()
+    return EmbeddedResource(
+        type="resource",
+        resource=BlobResourceContents(uri="memo://blob", mime_type="text/plain", blob=blob),
+    )
+
+
+@server.tool()
+def long_job() -> str:
+    """Only callable as an MCP task (listed so); a client without tasks must not offer it."""
+    return "ran without a task"
+
+
+def _read_file(path: str) -> str:
+    with open(path, encoding="utf-8") as file:
+        return file.read()
+
+
+server.add_tool(_read_file, name="files.read", description="Read a text file (a dotted name).")
+
+
+def _count_then_die(log: str) -> str:
+    """Append a line to `log`; on the first call (the file was empty) kill the server."""
+    with open(log, "a+", encoding="utf-8") as file:
+        file.seek(0)
+        before = len(file.read().splitlines())
+        file.write("call\n")
+    if before == 0:
+        os._exit(3)
+    return f"call {before + 1}"
+
+
+server.add_tool(
+    _count_then_die,
+    name="charge",
+    description="Charges a card (destructive, not idempotent); the first call kills the server.",
+    annotations=ToolAnnotations(destructive_hint=True, idempotent_hint=False),
+)
+server.add_tool(
+    _count_then_die,
+    name="store",
+    description="Stores a value (idempotent); the first call kills the server.",
+    annotations=ToolAnnotations(destructive_hint=False, idempotent_hint=True),
+)
+
+
+@server.tool()
+async def progress(steps: int, every: float, ctx: Context) -> str:
+    """Works for `steps` x `every` seconds, reporting progress after each step."""
+    for step in range(1, steps + 1):
+        await asyncio.sleep(every)
+        await ctx.report_progress(step, steps)
+    return f"done {steps} steps"
+
+
+@server.tool()
+def client(ctx: Context) -> str:
+    """The client's name and version, as it introduced itself in `initialize`."""
+    params = ctx.session.client_params
+    info = params.client_info if params is not None else None
+    return f"{info.name} {info.version}" if info is not None else "(unknown)"
 
 
 def serve_on(port: int) -> None:

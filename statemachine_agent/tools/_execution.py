@@ -34,7 +34,11 @@ own timeout) before its task is abandoned."""
 
 
 class HandlerTimeoutError(Exception):
-    """Our deadline passed; distinct from a `TimeoutError` the handler raised itself."""
+    """Our deadline passed; distinct from a `TimeoutError` the handler raised itself.
+
+    A handler of ours with a deadline of its own (an MCP call, whose deadline progress
+    renews) raises it too, with the text the model should read.
+    """
 
 
 class AbandonedError(Exception):

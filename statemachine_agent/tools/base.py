@@ -9,6 +9,8 @@ model, some are fatal, and some are worth trying again first.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -210,6 +212,16 @@ class ToolOutcome:
         object.__setattr__(self, "content", repair_text(self.content))
         object.__setattr__(self, "data", repair(self.data))
 
+    def block_records(self) -> list[JSON]:
+        """What the audit trail keeps of `blocks`: each one's kind, media type, size and
+        SHA-256 digest, never its bytes.
+
+        The audit file says that an image (or a document) went to the model and which
+        one (the digest identifies it), without holding a second copy of data the run's
+        messages already carry, which would swell every audit file by megabytes.
+        """
+        return [_block_record(block) for block in self.blocks]
+
     def to_block(self) -> JSON:
         block: JSON = {
             "type": "tool_result",
@@ -223,3 +235,19 @@ class ToolOutcome:
         if self.is_error:
             block["is_error"] = True
         return block
+
+
+def _block_record(block: Mapping[str, Any]) -> JSON:
+    record: JSON = {"type": block.get("type")}
+    source = block.get("source")
+    if isinstance(source, Mapping):
+        record["media_type"] = source.get("media_type")
+        data = source.get("data")
+        if isinstance(data, str):
+            try:
+                raw = base64.b64decode(data, validate=False)
+            except ValueError:  # not base64 after all: describe the text as sent
+                raw = data.encode("utf-8", "surrogatepass")
+            record["bytes"] = len(raw)
+            record["sha256"] = hashlib.sha256(raw).hexdigest()
+    return record

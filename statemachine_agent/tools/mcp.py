@@ -25,11 +25,14 @@ import asyncio
 import base64
 import contextlib
 import json
+import os
+import re
 import subprocess
 import sys
 import threading
 from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from typing import Any, TextIO, cast
+from urllib.parse import urlsplit
 
 import anyio
 import httpx2
@@ -40,7 +43,11 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
+import statemachine_agent
+
 from ..blocking import create_kept_task, kept_loop_caller
+from ._execution import HandlerTimeoutError
+from ._mcp_catalog import catalog, safe_to_resend
 from .base import DEFAULT_TOOL_TIMEOUT, JSON, Tool, ToolContent
 from .registry import ToolError
 from .toolset import Toolset, ToolsetError
@@ -60,11 +67,32 @@ _DROPPED = (
 )
 """What a call raises when the server went away (besides `MCPError` CONNECTION_CLOSED)."""
 
-
 DEFAULT_START_TIMEOUT = 30.0
 """Seconds a server may take to answer `initialize` and list its tools (an `npx -y`
 start that installs first can take that long; a server that waits for input never
 answers)."""
+
+DEFAULT_MAX_CALL_SECONDS = 600.0
+"""Seconds an MCP call may take at most, however often it reports progress."""
+
+_PREFIX = re.compile(r"[a-zA-Z0-9_-]{0,32}")
+
+
+def _client_info() -> types.Implementation:
+    """How the client introduces itself in `initialize`: this package, not the SDK's default."""
+    return types.Implementation(name="statemachine-agent", version=statemachine_agent.__version__)
+
+
+def _check_call_limits(timeout: float | None, max_call_seconds: float | None) -> None:
+    if max_call_seconds is None:
+        return
+    if not max_call_seconds > 0:
+        raise ValueError(f"MCPToolset max_call_seconds must be positive, got {max_call_seconds!r}")
+    if timeout is not None and timeout > max_call_seconds:
+        raise ValueError(
+            f"MCPToolset timeout ({timeout} s) must not exceed max_call_seconds "
+            f"({max_call_seconds} s): raise max_call_seconds too"
+        )
 
 
 class MCPToolset(Toolset):
@@ -78,16 +106,23 @@ class MCPToolset(Toolset):
     - `prefix`: put before each tool's name, to keep two servers' tools apart;
     - `untrusted=True`: fence the results as outside content (`Tool.untrusted`);
     - `requires_approval`: the tools (or `True`: all) whose calls need approval;
-    - `timeout`: seconds a call may take before it is answered with a timeout error;
+    - `timeout`: seconds a call may go without a result or a progress notification
+      before it is answered with a timeout error;
+    - `max_call_seconds`: seconds a call may take however much progress it reports;
     - `start_timeout`: seconds opening the session (the server's answer to `initialize`)
       and listing the tools may take (a run's own `Budget(max_seconds=)` and `deadline=`
       bound it too); past them the toolset is left out of the run with a
-      `toolset.failed` event, and tried again later (see `ToolRegistry.refresh`).
+      `toolset.failed` event, and tried again later (see `ToolRegistry.refresh`);
+    - `resend`: the tools (by the server's names) whose call the server died in may
+      (`True`) or may not (`False`) be sent again, overriding the server's annotations.
 
-    A call that finds the server gone reconnects once and tries again; if that
-    fails too the call is answered with an `is_error` result (so a call the server
-    died in may have run on it once before). A tool error the server reports is an
-    `is_error` result with the server's words.
+    A name the model API refuses (`files.read`) is offered mapped (`files_read`) and
+    called under the server's name; a tool that needs MCP tasks is left out. Both are
+    said in a `toolset.listed` event. A call that finds the server gone reconnects
+    once; the call is sent again only if the tool is safe to repeat (read-only or
+    idempotent by the server's annotations, or `resend={name: True}`), otherwise it is
+    answered "the server stopped during the call; it may have acted". A tool error
+    the server reports is an `is_error` result with the server's words.
     """
 
     def __init__(
@@ -101,6 +136,8 @@ class MCPToolset(Toolset):
         untrusted: bool = False,
         requires_approval: bool | Collection[str] = (),
         timeout: float | None = DEFAULT_TOOL_TIMEOUT,
+        max_call_seconds: float | None = DEFAULT_MAX_CALL_SECONDS,
+        resend: Mapping[str, bool] | None = None,
         start_timeout: float = DEFAULT_START_TIMEOUT,
     ) -> None:
         """Prefer `MCPToolset.stdio` or `MCPToolset.http`; `opener` opens the transport."""
@@ -113,8 +150,18 @@ class MCPToolset(Toolset):
             raise TypeError("MCPToolset requires_approval= takes True or a collection of names")
         if timeout is not None and not timeout > 0:
             raise ValueError(f"MCPToolset timeout must be positive, got {timeout!r}")
+        _check_call_limits(timeout, max_call_seconds)
         if not start_timeout > 0:
             raise ValueError(f"MCPToolset start_timeout must be positive, got {start_timeout!r}")
+        if not _PREFIX.fullmatch(prefix):
+            raise ValueError(
+                f"MCPToolset prefix must be at most 32 of a-z, A-Z, 0-9, _ and -, got {prefix!r}"
+            )
+        if resend is not None and not (
+            isinstance(resend, Mapping)
+            and all(isinstance(k, str) and isinstance(v, bool) for k, v in resend.items())
+        ):
+            raise TypeError("MCPToolset resend= takes a mapping of tool names to True or False")
         self.name = name
         self.allow = frozenset(allow) if allow is not None else None
         self.deny = frozenset(deny)
@@ -127,6 +174,9 @@ class MCPToolset(Toolset):
         )
         self.timeout = timeout
         self.start_timeout = start_timeout
+        self.max_call_seconds = max_call_seconds
+        self.resend: Mapping[str, bool] = dict(resend or {})
+        self._notes: dict[str, Any] = {}
         self.secrets: tuple[str, ...] = ()
         """Values the agent's audit redaction masks (the `headers=` of `http`)."""
         self._opener = opener
@@ -158,7 +208,8 @@ class MCPToolset(Toolset):
         params = StdioServerParameters(
             command=command, args=list(args), env=dict(env) if env else None, cwd=cwd
         )
-        options.setdefault("name", command)
+        # The label reaches the model in error texts: the program's name, never its path.
+        options.setdefault("name", os.path.basename(command) or "mcp")
         return cls(lambda: stdio_client(params, errlog=_server_stderr()), **options)
 
     @classmethod
@@ -177,7 +228,8 @@ class MCPToolset(Toolset):
             ):
                 yield streams
 
-        options.setdefault("name", url)
+        parts = urlsplit(url)  # no credentials, query or path in the label
+        options.setdefault("name", parts.hostname or "mcp")
         toolset = cls(opener, **options)
         # Header values are credentials more often than not ("Bearer ...", API keys):
         # each value, and each word of it, is masked wherever a run's events hold it.
@@ -202,22 +254,47 @@ class MCPToolset(Toolset):
         self._stale = False  # a change announced while listing makes it stale again
         try:
             async with asyncio.timeout(self.start_timeout):
-                listed = await self._request(lambda session: _all_tools(session))
+                listed = await self._request(lambda session: _all_tools(session), resend=True)
         except TimeoutError:
             self._stale = True
             raise ToolsetError(self._late()) from None
         except BaseException:  # failed or cancelled: not listed
             self._stale = True
             raise
-        return [self._tool(spec) for spec in listed if self._offered(spec.name)]
+        listing = catalog(listed, prefix=self.prefix, offered=self._offered)
+        self._notes = listing.notes()
+        return [self._tool(name, spec) for name, spec in listing.offered]
 
-    async def call(self, name: str, arguments: Mapping[str, Any]) -> ToolContent:
-        """Call the server's tool `name`; its result as content, its error as `ToolError`."""
+    @property
+    def notes(self) -> Mapping[str, Any]:
+        """What the last listing changed: names mapped (`renamed`, the model's name to
+        the server's) and tools left out (`left_out`, with why)."""
+        return dict(self._notes)
+
+    async def call(
+        self, name: str, arguments: Mapping[str, Any], *, resend: bool = False
+    ) -> ToolContent:
+        """Call the server's tool `name`; its result as content, its error as `ToolError`.
+
+        If the server dies during the call, the call is sent again to a new server
+        only with `resend=True` (the tools offered to the model say so from their
+        annotations and the toolset's `resend=`): the first call may have acted.
+        """
         try:
-            result = await self._request(lambda session: session.call_tool(name, dict(arguments)))
-        except ToolsetError as exc:
+            result = await self._request(
+                lambda session: self._call_tool(session, name, dict(arguments)), resend=resend
+            )
+        except _StoppedMidCallError:
             raise ToolError(
-                f"MCP server {self.name!r} failed the call to {name!r}: {exc}"
+                f"MCP server {self.name!r} stopped during the call to {name!r}; it may have "
+                "acted, so the call was not sent again. Check before calling it again"
+            ) from None
+        except ToolsetError as exc:
+            # Our words only: the details in parentheses (exception texts) can carry the
+            # server's install path or address, which are not the model's business.
+            said = str(exc).split(" (", 1)[0]
+            raise ToolError(
+                f"MCP server {self.name!r} failed the call to {name!r}: {said}"
             ) from None
         content = result_content(result)
         if result.is_error:
@@ -242,11 +319,16 @@ class MCPToolset(Toolset):
 
     # -- the session ---------------------------------------------------------
 
-    async def _request(self, send: Callable[[ClientSession], Any]) -> Any:
-        """Send on the session, reconnecting once if the server went away."""
+    async def _request(self, send: Callable[[ClientSession], Any], *, resend: bool) -> Any:
+        """Send on the session, reconnecting once if the server went away.
+
+        The request is sent again on the new session only if `resend`, or if the old
+        session was already closed when it was sent (so it never left this process).
+        """
         connection: _Connection | None = None
         for attempt in (1, 2):
             connection = await self._open(replacing=connection)
+            unsent = _closed(connection.session)
             try:
                 return await send(connection.session)
             except MCPError as exc:
@@ -259,7 +341,48 @@ class MCPToolset(Toolset):
                 failure = f"the connection failed ({type(exc).__name__}: {exc})"
             if attempt == 2:
                 raise ToolsetError(f"{failure}, again after reconnecting")
+            if not (resend or unsent):
+                with contextlib.suppress(ToolsetError):  # the next call tries again
+                    await self._open(replacing=connection)
+                raise _StoppedMidCallError(failure)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _call_tool(
+        self, session: ClientSession, name: str, arguments: dict[str, Any]
+    ) -> types.CallToolResult:
+        """One `tools/call` with a progress token, under `timeout` renewed by progress.
+
+        The registry holds the call to `max_call_seconds` (the tool's own timeout);
+        this holds it to `timeout` since the call was sent or the server last
+        reported progress, so a long job that says how it goes is not cut off.
+        """
+        loop = asyncio.get_running_loop()
+        heard = loop.time()
+
+        async def progressed(progress: float, total: float | None, message: str | None) -> None:
+            nonlocal heard
+            heard = loop.time()
+
+        task = asyncio.ensure_future(
+            session.call_tool(name, arguments, progress_callback=progressed)
+        )
+        try:
+            while True:
+                wait = None if self.timeout is None else heard + self.timeout - loop.time()
+                done, _ = await asyncio.wait({task}, timeout=wait)
+                if done:
+                    return task.result()
+                if self.timeout is not None and loop.time() - heard >= self.timeout:
+                    raise HandlerTimeoutError(
+                        f"Tool {name!r} did not finish within {float(self.timeout)} s "
+                        "(no result or progress from the server in that time); try a "
+                        "smaller request, or continue without this result"
+                    )
+        finally:
+            if not task.done():  # cancelled or timed out: the SDK tells the server
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
 
     async def _open(self, *, replacing: _Connection | None = None) -> _Connection:
         """This loop's live session, opened if there is none; `replacing`: the session a
@@ -319,19 +442,21 @@ class MCPToolset(Toolset):
             return name in self.allow
         return name not in self.deny
 
-    def _tool(self, spec: types.Tool) -> Tool:
+    def _tool(self, name: str, spec: types.Tool) -> Tool:
+        """The server's tool as the model is offered it (`name`), called by the server's name."""
         remote = spec.name
+        resend = safe_to_resend(spec, self.resend)
 
         async def handler(**arguments: Any) -> ToolContent:
-            return await self.call(remote, arguments)
+            return await self.call(remote, arguments, resend=resend)
 
         approval = self.requires_approval
         return Tool(
-            name=f"{self.prefix}{remote}",
+            name=name,
             description=spec.description or spec.title or f"The {remote!r} tool of {self.name}.",
             input_schema=dict(spec.input_schema),
             handler=handler,
-            timeout=self.timeout,
+            timeout=self.max_call_seconds if self.timeout is not None else None,
             untrusted=self.untrusted,
             requires_approval=approval if isinstance(approval, bool) else remote in approval,
         )
@@ -412,7 +537,9 @@ class _Connection:
         try:
             async with (
                 self._opener() as (read, write),
-                ClientSession(read, write, message_handler=self._on_message) as session,
+                ClientSession(
+                    read, write, message_handler=self._on_message, client_info=_client_info()
+                ) as session,
             ):
                 await session.initialize()
                 self._session = session
@@ -422,6 +549,20 @@ class _Connection:
             self._error = exc
         finally:
             self._up.set()
+
+
+class _StoppedMidCallError(ToolsetError):
+    """The server went away with the call sent, and the call is not safe to send again."""
+
+
+def _closed(session: ClientSession) -> bool:
+    """Whether the session's connection had closed already (a request would not leave).
+
+    Read from the SDK's dispatcher, which has no public flag for it; where it cannot
+    be read the answer is False, which only means a call is not sent again.
+    """
+    dispatcher = getattr(session, "_dispatcher", None)
+    return getattr(dispatcher, "_closed", False) is True
 
 
 def _server_stderr() -> TextIO:
@@ -463,12 +604,16 @@ async def _all_tools(session: ClientSession) -> list[types.Tool]:
 
 
 def result_content(result: types.CallToolResult) -> ToolContent:
-    """An MCP tool result as tool_result content.
+    """An MCP tool result as tool_result content, each piece of it sent once.
 
-    Text, and the text of embedded resources (named by their URI), become the
-    result's text; images, and PDF or image resources, become blocks of their
-    own; audio and other binary content is named, not sent. Structured content
-    is the outcome's `data` (and the text, when the server sent no text).
+    Text, and the text of embedded resources (named by their URI; a `text/*` or
+    JSON blob decoded), become the result's text; images, and PDF or image
+    resources, become blocks of their own; audio and other binary content is named,
+    not sent. Structured content is the outcome's `data`, and becomes the text only
+    when the result has no other content: servers that send both usually say the
+    same thing twice (`read_media_file` puts its image in both), and an image
+    repeated as base64 text costs tens of thousands of tokens on every later call.
+    Binary fields of structured content shown as text are named, never spelled out.
     """
     texts: list[str] = []
     blocks: list[JSON] = []
@@ -482,16 +627,19 @@ def result_content(result: types.CallToolResult) -> ToolContent:
             uri = str(resource.uri)
             if isinstance(resource, types.TextResourceContents):
                 texts.append(f"[resource {uri}]\n{resource.text}")
+                continue
+            mime = resource.mime_type or "application/octet-stream"
+            shown = _blob_text(mime, resource.blob)
+            if shown is not None:
+                texts.append(f"[resource {uri}]\n{shown}")
+            elif mime.startswith("image/"):
+                blocks.append(_image(mime, resource.blob))
+            elif mime == "application/pdf":
+                blocks.append({"type": "document", "source": {
+                    "type": "base64", "media_type": mime, "data": resource.blob}})  # fmt: skip
             else:
-                mime = resource.mime_type or "application/octet-stream"
-                if mime.startswith("image/"):
-                    blocks.append(_image(mime, resource.blob))
-                elif mime == "application/pdf":
-                    blocks.append({"type": "document", "source": {
-                        "type": "base64", "media_type": mime, "data": resource.blob}})  # fmt: skip
-                else:
-                    size = len(base64.b64decode(resource.blob, validate=False))
-                    texts.append(f"[binary resource {uri} ({mime}, {size} bytes) not shown]")
+                size = _decoded_size(resource.blob)
+                texts.append(f"[binary resource {uri} ({mime}, {size} bytes) not shown]")
         elif isinstance(item, types.ResourceLink):
             texts.append(f"[resource link {item.uri}: {item.name}]")
         elif isinstance(item, types.AudioContent):
@@ -499,9 +647,70 @@ def result_content(result: types.CallToolResult) -> ToolContent:
         else:  # pragma: no cover - a content type newer than this mapping
             texts.append(f"[{getattr(item, 'type', 'unknown')} content not shown]")
     structured = result.structured_content
-    if not texts and structured is not None:
-        texts.append(json.dumps(structured, ensure_ascii=False))
+    if not result.content and structured is not None:
+        texts.append(json.dumps(_without_binary(structured), ensure_ascii=False))
     return ToolContent(text="\n".join(texts), blocks=tuple(blocks), data=structured)
+
+
+_TEXT_MIMES = ("application/json", "application/xml", "application/yaml", "application/x-yaml")
+"""Blob media types (besides `text/*`) that are text a model can read."""
+
+_BASE64 = re.compile(r"[A-Za-z0-9+/]+={0,2}")
+_LONG_BASE64 = 512
+"""A structured string at least this long that is all base64 is taken for binary data:
+shorter ones (ids, hex digests, words) are left alone."""
+_BINARY_KEYS = frozenset({"data", "blob"})
+
+
+def _blob_text(mime: str, blob: str) -> str | None:
+    """A text blob's text (`text/plain` sent as base64), or None for binary content."""
+    kind = mime.split(";", 1)[0].strip().lower()
+    if not (kind.startswith("text/") or kind in _TEXT_MIMES or kind.endswith("+json")):
+        return None
+    try:
+        return base64.b64decode(blob, validate=True).decode("utf-8")
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
+def _decoded_size(data: str) -> int:
+    try:
+        return len(base64.b64decode(data, validate=False))
+    except ValueError:  # bad padding: the size it would have
+        return len(data) * 3 // 4
+
+
+def _without_binary(value: Any) -> Any:
+    """Structured content with every binary field named instead of spelled out.
+
+    Binary is what MCP content items carry (`data` / `blob` beside a media type),
+    a `data:` URI, or a long string that is all base64.
+    """
+    if isinstance(value, dict):
+        mime = value.get("mimeType", value.get("mime_type"))
+        typed = isinstance(mime, str) or value.get("type") in ("image", "audio", "resource")
+        return {
+            key: (
+                _binary_note(item, mime)
+                if typed and key in _BINARY_KEYS and isinstance(item, str)
+                else _without_binary(item)
+            )
+            for key, item in value.items()
+        }
+    if isinstance(value, list):
+        return [_without_binary(item) for item in value]
+    if isinstance(value, str):
+        if value.startswith("data:") and ";base64," in value[:200]:
+            header, _, data = value.partition(";base64,")
+            return _binary_note(data, header.removeprefix("data:"))
+        if len(value) >= _LONG_BASE64 and _BASE64.fullmatch(value):
+            return _binary_note(value, None)
+    return value
+
+
+def _binary_note(data: str, mime: object) -> str:
+    kind = f"{mime}, " if isinstance(mime, str) and mime else ""
+    return f"[binary data ({kind}{_decoded_size(data)} bytes) not shown]"
 
 
 def _image(mime: str, data: str) -> JSON:

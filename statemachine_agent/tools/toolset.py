@@ -9,7 +9,8 @@ when a run starts and again whenever the toolset says its list changed
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from statemachine_agent.errors import Error
 
@@ -35,6 +36,12 @@ class Toolset(ABC):
     def may_require_approval(self) -> bool:
         """Whether some of its tools may need approval (so runs need a store to pause)."""
         return False
+
+    @property
+    def notes(self) -> Mapping[str, Any]:
+        """What the last listing changed from the source's own list (names mapped, tools
+        left out), for each run's `toolset.listed` event; empty when nothing changed."""
+        return {}
 
     @abstractmethod
     async def list_tools(self) -> Sequence[Tool]:
