@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from statemachine_agent.agent import Agent, RunHandle
-    from statemachine_agent.agent.options import ResumeOptions, RunOptions, TurnOptions
     from statemachine_agent.agent.conversation import (
         Conversation,
         ConversationConflictError,
         ConversationEndedError,
     )
+    from statemachine_agent.agent.options import ResumeOptions, RunOptions, TurnOptions
     from statemachine_agent.audit.config import Audit
     from statemachine_agent.audit.redact import Redactor
     from statemachine_agent.audit.sink import (
