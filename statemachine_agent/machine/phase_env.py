@@ -85,6 +85,9 @@ class PhaseEnv:
     cancel: CancelToken | None = None
     """The run's `CancelToken`, if the host gave one (set by the engine): a sub-agent's
     run started by this one is cancelled with it."""
+    listed: dict[str, Mapping[str, Any]] = field(default_factory=dict)
+    """What this run's last `toolset.listed` event said of each toolset (by name), so it
+    is said again only when a listing changes it."""
     mailbox: Mailbox | None = None
     """Where messages steered into this run wait (the store's queue, or the agent's
     own without a store); `perceive` reads it (see `persistence/steering.py`)."""

@@ -113,6 +113,19 @@ def say_listings(ctx: PhaseEnv) -> None:
             ctx.listed[toolset.name] = notes
             ctx.emitter.emit("toolset.listed", iteration=ctx.state.iteration,
                              toolset=toolset.name, **notes)  # fmt: skip
+    say_listings(ctx)
+
+
+def say_listings(ctx: PhaseEnv) -> None:
+    """A `toolset.listed` event for each toolset whose listing changed the server's list
+    (names mapped, tools left out), in every run offered that list (each run's audit
+    file stands alone), and again only when a listing changes it."""
+    for toolset in ctx.deps.tools.toolsets:
+        notes = toolset.notes
+        if notes and ctx.listed.get(toolset.name) != notes:
+            ctx.listed[toolset.name] = notes
+            ctx.emitter.emit("toolset.listed", iteration=ctx.state.iteration,
+                             toolset=toolset.name, **notes)  # fmt: skip
 
 
 async def measure(ctx: PhaseEnv) -> int:
