@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
+from statemachine_agent.machine import reach
+from statemachine_agent.machine.reach import requires
 from statemachine_agent.machine.run import RunRecord
 from statemachine_agent.machine.table import guard_names
 
@@ -32,11 +34,13 @@ def _stop_reason(run: RunRecord) -> str | None:
     return run.last_reply.stop_reason if run.last_reply else None
 
 
+@requires(reach.always)
 def cancel_requested(run: RunRecord) -> bool:
     """The host asked the run to stop at the next boundary."""
     return run.cancel_requested
 
 
+@requires(reach.always)
 def budget_exceeded(run: RunRecord) -> bool:
     """A limit is reached, so another model call would overspend."""
     return budget_reason(run) is not None
@@ -53,12 +57,14 @@ def budget_reason(run: RunRecord) -> str | None:
     )
 
 
+@requires(reach.tools_offered)
 def is_tool_use(run: RunRecord) -> bool:
     """The model stopped to call tools and the reply really holds tool calls."""
     reply = run.last_reply
     return reply is not None and reply.stop_reason == "tool_use" and bool(reply.tool_uses)
 
 
+@requires(reach.always)
 def is_empty_reply(run: RunRecord) -> bool:
     """A reply with neither text nor tool calls cannot be an answer."""
     reply = run.last_reply
@@ -69,6 +75,7 @@ def is_empty_reply(run: RunRecord) -> bool:
     return not reply.tool_uses and not reply.text.strip()
 
 
+@requires(reach.always)
 def is_end_turn(run: RunRecord) -> bool:
     """The model ended its turn naturally."""
     return _stop_reason(run) in ("end_turn", "stop_sequence")
@@ -87,12 +94,14 @@ def _window_filled(run: RunRecord) -> bool:
     )
 
 
+@requires(reach.always)
 def is_max_tokens(run: RunRecord) -> bool:
     """The reply was cut off at max_tokens, and did not fill the model's known context
     window (that is `is_context_exceeded`)."""
     return _stop_reason(run) == "max_tokens" and not _window_filled(run)
 
 
+@requires(reach.always)
 def output_below_limit(run: RunRecord) -> bool:
     """The reply's output is shorter than the call's `max_tokens`, so that limit is not
     what stopped it: a `max_tokens` stop below it means the context window ran out."""
@@ -100,57 +109,68 @@ def output_below_limit(run: RunRecord) -> bool:
     return reply is not None and limit is not None and reply.usage.output_tokens < limit
 
 
+@requires(reach.always)
 def is_refusal(run: RunRecord) -> bool:
     """The model declined to continue (a safety refusal)."""
     return _stop_reason(run) == "refusal"
 
 
+@requires(reach.always)
 def is_pause_turn(run: RunRecord) -> bool:
     """A long-running server tool paused the turn; it continues when sent back."""
     return _stop_reason(run) == "pause_turn"
 
 
+@requires(reach.always)
 def is_compaction(run: RunRecord) -> bool:
     """Server-side compaction summarized the history and paused (`pause_after_compaction`)."""
     return _stop_reason(run) == "compaction"
 
 
+@requires(reach.always)
 def is_context_exceeded(run: RunRecord) -> bool:
     """Generation stopped because the model's context window was full: the API said so,
     or a `max_tokens` stop filled the known window."""
     return _stop_reason(run) == "model_context_window_exceeded" or _window_filled(run)
 
 
+@requires(reach.always)
 def is_context_error(run: RunRecord) -> bool:
     """The API refused the request because the prompt is too long."""
     return run.error is not None and run.error.context_exceeded
 
 
+@requires(reach.run_ending_tool)
 def finish_called(run: RunRecord) -> bool:
     """The model called the finish tool successfully."""
     return run.finish is not None
 
 
+@requires(reach.run_ending_tool)
 def finish_claims_success(run: RunRecord) -> bool:
     """finish was called with status 'completed' (other statuses are not claims to verify)."""
     return run.finish is not None and run.finish.get("status", "completed") == "completed"
 
 
+@requires(reach.verifier, constant=True)
 def verifier_configured(run: RunRecord) -> bool:
     """A verifier checks claimed completions."""
     return run.settings.has_verifier
 
 
+@requires(reach.verifier)
 def verdict_passed(run: RunRecord) -> bool:
     """The verifier accepted the claim."""
     return run.verification.verdict is not None and bool(run.verification.verdict.get("ok"))
 
 
+@requires(reach.verifier)
 def rejections_exhausted(run: RunRecord) -> bool:
     """The verifier has rejected more claims than the run allows."""
     return run.verification.rejections > run.settings.max_rejections
 
 
+@requires(reach.continuations)
 def can_continue(run: RunRecord) -> bool:
     """A text-only reply cut at max_tokens may be continued (a cut tool call never is)."""
     reply = run.last_reply
@@ -161,27 +181,32 @@ def can_continue(run: RunRecord) -> bool:
     )
 
 
+@requires(reach.compaction_retry)
 def can_compact(run: RunRecord) -> bool:
     """One compaction-and-retry is allowed per run when the context overflows."""
     return run.settings.context.retry_on_overflow and not run.overflow_retried
 
 
+@requires(reach.run_ending_tool)
 def answer_retries_exhausted(run: RunRecord) -> bool:
     """The model's final answer was rejected more often than the run allows."""
     return run.invalid_answers > run.settings.output_retries
 
 
+@requires(reach.typed_output, constant=True)
 def output_expected(run: RunRecord) -> bool:
     """The run has an output type: only a validated call of `final_result` answers it."""
     return run.settings.output_expected
 
 
+@requires(reach.output_retry)
 def output_retry_left(run: RunRecord) -> bool:
     """The invalid final answers so far (the reply just counted among them) are still
     within `output_retries`, so the model may be asked again."""
     return not answer_retries_exhausted(run)
 
 
+@requires(reach.summarizing)
 def summary_due(run: RunRecord) -> bool:
     """The prompt `perceive` measured has passed `summarize_at_tokens`, messages older than
     the kept exchanges exist, and no summary was tried since the loop's last model call."""
@@ -195,16 +220,19 @@ def summary_due(run: RunRecord) -> bool:
     )
 
 
+@requires(reach.approval)
 def approval_pending(run: RunRecord) -> bool:
     """Some tool calls wait for a human decision."""
     return bool(run.approval.awaiting)
 
 
+@requires(reach.fatal_tool)
 def tool_failed_fatally(run: RunRecord) -> bool:
     """A tool configured to fail the run (on_error='fail') failed."""
     return run.fatal_tool is not None
 
 
+@requires(reach.stall_interventions)
 def stall_detected(run: RunRecord) -> bool:
     """The model repeats itself and may still be told so."""
     policy = run.settings.stall
@@ -215,6 +243,7 @@ def stall_detected(run: RunRecord) -> bool:
     )
 
 
+@requires(reach.stall_policy)
 def stall_persists(run: RunRecord) -> bool:
     """The model kept repeating itself after every allowed intervention."""
     policy = run.settings.stall
@@ -225,6 +254,7 @@ def stall_persists(run: RunRecord) -> bool:
     )
 
 
+@requires(reach.reflection)
 def reflection_due(run: RunRecord) -> bool:
     """Every N iterations the run reviews its progress (once per iteration count)."""
     interval = run.settings.reflection_interval
@@ -236,12 +266,14 @@ def reflection_due(run: RunRecord) -> bool:
     )
 
 
+@requires(reach.always)
 def cancelled_before_reply(run: RunRecord) -> bool:
     """The run was cancelled before a model reply was in hand (in perceive, or with the
     model call abandoned), so resuming makes the call again."""
     return run.cancelled_at in (("perceive", "prepared"), ("reason", "model_failed"))
 
 
+@requires(reach.always)
 def cancelled_after_reply(run: RunRecord) -> bool:
     """The run was cancelled with the model's reply kept, so resuming decides on that reply."""
     return run.cancelled_at == ("reason", "replied")
@@ -251,6 +283,7 @@ def _cancelled_in(state: str) -> Guard:
     def guard(run: RunRecord) -> bool:
         return run.cancelled_at is not None and run.cancelled_at[0] == state
 
+    guard = requires(reach.entered(state))(guard)
     guard.__name__ = guard.__qualname__ = f"cancelled_in_{state}"
     guard.__doc__ = f"The run was cancelled right after `{state}` (its work is in the record)."
     return guard

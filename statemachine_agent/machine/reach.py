@@ -1,0 +1,164 @@
+"""What a configuration lets a guard be: the reachability rule each guard declares.
+
+A guard answers for one run record; the rule beside it answers for a whole
+configuration: can any run of an agent set up like this make the guard true? A
+rule returns `None` when it can, or the reason it cannot, naming the setting that
+rules it out ("`stall=None`"). `testing.reachability` folds the rules over the
+table to say which rows an agent can take, so the rule lives next to its guard
+(`@requires(...)` in `machine/guards.py`) and cannot drift from it; a test fails
+for a guard without one.
+
+The rules assume a model that honours the request: it calls only the tools it is
+offered, and answers a forced tool choice with that tool. They read `Setup`, plain
+data the analysis builds from an agent, so this module imports nothing of the agent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from statemachine_agent.machine.settings import RunSettings
+
+
+@dataclass(frozen=True, slots=True)
+class Setup:
+    """What the rules may read of an agent's configuration (and of the analysis so far)."""
+
+    settings: RunSettings = field(default_factory=RunSettings)
+    """The settings every run record of the agent carries."""
+    offers_tools: bool = False
+    """The model is offered at least one tool (the final-answer tool included)."""
+    may_pause: bool = False
+    """Some tool needs approval, itself or inside a sub-agent (at any depth)."""
+    fatal_tools: bool = False
+    """Some tool is configured with `on_error="fail"`."""
+    ends_run: bool = False
+    """Some tool ends the run with its input (`finish`, or `final_result` of an output type)."""
+    states: frozenset[str] = frozenset()
+    """The states the analysis has found reachable so far (for rules about where a run was)."""
+
+
+Rule = Callable[[Setup], "str | None"]
+"""`None` when the configuration can make the guard true, else the reason it cannot."""
+
+G = TypeVar("G", bound=Callable[..., bool])
+
+RULE_ATTRIBUTE = "requires"
+"""The attribute `@requires` sets on a guard (read by the analysis and its test)."""
+
+CONSTANT_ATTRIBUTE = "constant"
+"""Set on a guard whose verdict only reads the settings: true in every run it can be."""
+
+
+def requires(rule: Rule, *, constant: bool = False) -> Callable[[G], G]:
+    """Declare which configurations can make the decorated guard true.
+
+    `constant=True` says the guard reads only the settings, so where its rule allows
+    it, it holds for every run: a row below one guarded by it can be shadowed.
+    """
+
+    def mark(guard: G) -> G:
+        setattr(guard, RULE_ATTRIBUTE, rule)
+        setattr(guard, CONSTANT_ATTRIBUTE, constant)
+        return guard
+
+    return mark
+
+
+def rule_of(guard: Callable[..., bool]) -> Rule | None:
+    """The guard's declared rule, or `None` when it declares none (a test refuses that)."""
+    rule = getattr(guard, RULE_ATTRIBUTE, None)
+    return rule if callable(rule) else None
+
+
+def is_constant(guard: Callable[..., bool]) -> bool:
+    return bool(getattr(guard, CONSTANT_ATTRIBUTE, False))
+
+
+# -- the rules the guards share ------------------------------------------------------
+
+
+def always(setup: Setup) -> str | None:
+    """Any configuration: a host action (a cancel), a model's stop, an API fault."""
+    return None
+
+
+def tools_offered(setup: Setup) -> str | None:
+    return None if setup.offers_tools else "no tool is offered to the model"
+
+
+def verifier(setup: Setup) -> str | None:
+    return None if setup.settings.has_verifier else "no verifier configured (`verify=None`)"
+
+
+def continuations(setup: Setup) -> str | None:
+    if setup.settings.max_continuations > 0:
+        return None
+    return "`max_continuations=0`"
+
+
+def compaction_retry(setup: Setup) -> str | None:
+    if setup.settings.context.retry_on_overflow:
+        return None
+    return "`ContextPolicy.retry_on_overflow=False`"
+
+
+def summarizing(setup: Setup) -> str | None:
+    if setup.settings.context.summarize_at_tokens is not None:
+        return None
+    return "`ContextPolicy.summarize_at_tokens` is not set"
+
+
+def fatal_tool(setup: Setup) -> str | None:
+    return None if setup.fatal_tools else "no tool has `on_error='fail'`"
+
+
+def run_ending_tool(setup: Setup) -> str | None:
+    if setup.ends_run:
+        return None
+    return "no tool ends the run (no `finish` tool, no `output_type`)"
+
+
+def typed_output(setup: Setup) -> str | None:
+    return None if setup.settings.output_expected else "no `output_type`"
+
+
+def output_retry(setup: Setup) -> str | None:
+    if not setup.settings.output_expected:
+        return "no `output_type`"
+    return None if setup.settings.output_retries > 0 else "`output_retries=0`"
+
+
+def approval(setup: Setup) -> str | None:
+    if setup.may_pause:
+        return None
+    return "no tool requires approval (nor does any sub-agent's)"
+
+
+def stall_policy(setup: Setup) -> str | None:
+    return None if setup.settings.stall is not None else "`stall=None`"
+
+
+def stall_interventions(setup: Setup) -> str | None:
+    policy = setup.settings.stall
+    if policy is None:
+        return "`stall=None`"
+    return None if policy.max_interventions > 0 else "`StallPolicy.max_interventions=0`"
+
+
+def reflection(setup: Setup) -> str | None:
+    if setup.settings.reflection_interval is not None:
+        return None
+    return "no reflection interval (`reflection=None`)"
+
+
+def entered(state: str) -> Rule:
+    """The run was somewhere: `state` must itself be reachable."""
+
+    def rule(setup: Setup) -> str | None:
+        return None if state in setup.states else f"`{state}` is unreachable"
+
+    rule.__name__ = f"entered_{state}"
+    return rule

@@ -1,0 +1,101 @@
+"""Reachability under a configuration: the rules beside the guards, folded over the table."""
+
+from __future__ import annotations
+
+from statemachine_agent import Agent, ContextPolicy, ReflectionPolicy, tool
+from statemachine_agent.machine.guards import GUARDS
+from statemachine_agent.machine.reach import rule_of
+from statemachine_agent.machine.table import ROWS
+from statemachine_agent.models.scripted import ScriptedModel
+from statemachine_agent.testing.reachability import missing_rules, reachable_rows
+
+
+@tool
+def lookup(query: str) -> str:
+    """Look something up."""
+    return query
+
+
+@tool(requires_approval=True)
+def pay(amount: int) -> str:
+    """Pay an amount."""
+    return f"paid {amount}"
+
+
+def _keys(rows: object) -> set[tuple[str, str, str, tuple[str, ...]]]:
+    return {row.key for row in rows}  # type: ignore[attr-defined]
+
+
+class TestRules:
+    def test_every_guard_declares_its_rule(self) -> None:
+        """A guard without `@requires` fails here, with what to add."""
+        assert missing_rules() == []
+
+    def test_every_rule_answers_none_or_a_reason(self) -> None:
+        """Rules say `None` or a sentence naming the setting, for the bare agent."""
+        reach = reachable_rows(Agent(ScriptedModel([]), stall=None))
+        for name, guard in GUARDS.items():
+            assert rule_of(guard) is not None or name in " ".join(missing_rules())
+        assert all(isinstance(why, str) and why for why in reach.unreachable.values())
+
+
+class TestReachableRows:
+    def test_every_row_is_placed_once(self) -> None:
+        """Each row is reachable, ruled out or a defect row: exactly one of the three."""
+        reach = reachable_rows(Agent(ScriptedModel([]), [lookup]))
+        parts = [_keys(reach.reachable), _keys(reach.unreachable), _keys(reach.defect_rows)]
+        assert sum(len(p) for p in parts) == len(ROWS)
+        assert set.union(*parts) == {row.key for row in ROWS}
+
+    def test_bare_agent_rules_out_the_features_it_lacks(self) -> None:
+        """Each ruled-out feature names its setting."""
+        reach = reachable_rows(Agent(ScriptedModel([]), stall=None))
+        reasons = {row.key: why for row, why in reach.unreachable.items()}
+        assert (
+            "summarize_at_tokens"
+            in reasons[("perceive", "prepared", "summarize", ("summary_due",))]
+        )
+        assert (
+            "max_continuations=0"
+            in reasons[("reason", "replied", "continue", ("is_max_tokens", "can_continue"))]
+        )
+        assert "no tool is offered" in reasons[("reason", "replied", "act", ("is_tool_use",))]
+        assert all(row.trigger == "crashed" for row in reach.defect_rows)
+        assert {row.source for row in reach.defect_rows} == {"perceive", "reason", "compact"}
+
+    def test_a_verifier_shadows_the_plain_completion(self) -> None:
+        """With a verifier, an end_turn always goes through verify: `completed` from reason is
+        ruled out, naming the row that takes its runs."""
+        agent = Agent(ScriptedModel([]), verify=lambda claim: None)  # type: ignore[arg-type,return-value]
+        reach = reachable_rows(agent)
+        reasons = {row.key: why for row, why in reach.unreachable.items()}
+        why = reasons[("reason", "replied", "completed", ("is_end_turn",))]
+        assert "verifier_configured always holds" in why
+
+    def test_features_on_make_their_rows_reachable(self) -> None:
+        """Summarize, reflection, stall, approval: their rows come in with their settings."""
+        agent = Agent(
+            ScriptedModel([]),
+            [lookup, pay],
+            context=ContextPolicy(summarize_at_tokens=2000),
+            reflection=ReflectionPolicy(3),
+        )
+        keys = _keys(reachable_rows(agent).reachable)
+        for dest in ("summarize", "reflect", "intervene", "stalled", "awaiting_approval"):
+            assert any(k[2] == dest for k in keys), dest
+        assert ("awaiting_approval", "resumed", "act", ()) in keys
+
+    def test_a_parent_pauses_through_its_child(self) -> None:
+        """A sub-agent with a tool that needs approval makes the parent's pause reachable."""
+        child = Agent(ScriptedModel([]), [pay], name="child")
+        parent = Agent(ScriptedModel([]), [child.as_tool(name="delegate")])
+        keys = _keys(reachable_rows(parent).reachable)
+        assert ("act", "tools_done", "awaiting_approval", ("approval_pending",)) in keys
+
+    def test_union_keeps_what_either_reaches(self) -> None:
+        """A suite running two agents counts what either can reach."""
+        bare = reachable_rows(Agent(ScriptedModel([])))
+        tooled = reachable_rows(Agent(ScriptedModel([]), [lookup]))
+        both = bare.union(tooled)
+        assert _keys(both.reachable) == _keys(bare.reachable) | _keys(tooled.reachable)
+        assert not _keys(both.reachable) & _keys(both.unreachable)
