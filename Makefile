@@ -110,6 +110,7 @@ bench: system-deps
 	benchmarks/.venv/bin/python -m benchmarks.concurrency
 	benchmarks/.venv/bin/python -m benchmarks.parallel_tools
 	benchmarks/.venv/bin/python -m benchmarks.checkpoint_growth
+	benchmarks/.venv/bin/python -m benchmarks.stats_memory
 	benchmarks/.venv/bin/python benchmarks/bench_scaleout.py
 	benchmarks/.venv/bin/python -m benchmarks.scale_out
 	benchmarks/.venv/bin/python -m benchmarks.profile_overhead

@@ -147,6 +147,7 @@ PUBLIC_MODULES = {
     "statemachine_agent.effects",  # the engine adapters: `from ... import dbos, temporal`
     "statemachine_agent.durable",
     "statemachine_agent.replay",
+    "statemachine_agent.report",  # the review API: `stats` (the fleet view), `build`, `html`
 }
 """The modules the docs may teach importing from; every other module is implementation."""
 

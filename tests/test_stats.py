@@ -28,6 +28,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from rich.console import Console
 
+from benchmarks.stats_memory import copy_of, write_chained
 from statemachine_agent import (
     Agent,
     Approve,
@@ -39,7 +40,6 @@ from statemachine_agent import (
     generate_key,
     tool,
 )
-from statemachine_agent.audit.chain import Chain
 from statemachine_agent.cli import main
 from statemachine_agent.machine import table
 from statemachine_agent.persistence.crypto import cipher_for
@@ -168,31 +168,6 @@ def templates(root: Path) -> dict[str, list[list[Event]]]:
     assert main(["demo", "--scenario", "subagents", "--audit-dir", str(subagents)]) == 0
     made["subagents"] = [events_of(only_file(subagents))]
     return made
-
-
-def copy_of(files: list[list[Event]], number: int, template: int) -> list[list[Event]]:
-    """The files under new run ids (a sub-agent's and its parent's alike)."""
-    ids: dict[str, str] = {}
-
-    def new(run_id: str) -> str:
-        return ids.setdefault(run_id, f"run_{template:02x}{number:06x}{len(ids):08x}")
-
-    renamed = []
-    for events in files:
-        copied = []
-        for event in events:
-            event = dict(event)
-            for key in ("run_id", "parent_run_id", "child_run_id"):
-                if isinstance(event.get(key), str):
-                    event[key] = new(event[key])
-            copied.append(event)
-        renamed.append(copied)
-    return renamed
-
-
-def write_chained(path: Path, events: list[Event], cipher: Any = None) -> None:
-    chain = Chain(cipher=cipher)
-    path.write_text("".join(chain.seal(e).line + "\n" for e in events), encoding="utf-8")
 
 
 class Fleet:
