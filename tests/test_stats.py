@@ -27,6 +27,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from rich.console import Console
+from selenium import webdriver
+from selenium.webdriver.common.by import By
 
 from benchmarks.stats_memory import copy_of, write_chained
 from statemachine_agent import (
@@ -49,7 +51,10 @@ from statemachine_agent.report.stats import _Sample
 from statemachine_agent.report.stats_console import print_stats
 from statemachine_agent.report.stats_page import STYLE, heat_level, render_stats
 from statemachine_agent.testing import FakeAnthropicServer, replies
+from tests.test_report import browser, browser_log
 from tests.test_review_surfaces import CORPUS
+
+__all__ = ["browser"]  # the fixture, shared with test_report
 
 Event = dict[str, Any]
 
@@ -521,3 +526,46 @@ class TestBoundedFigures:
         assert levels[-1] == 5
         assert levels[0] == 1
         assert STYLE.count("heat-5") >= 1
+
+
+class TestThePageInABrowser:
+    def test_heat_map_at_1280(
+        self, fleet: Fleet, counted: FleetStats, browser: webdriver.Chrome, tmp_path: Path
+    ) -> None:
+        """The page loads with no console error (its CSP allows its own style), nothing is
+        wider than a 1,280 px window, the busiest edges are drawn widest and the
+        never-fired ones dashed, and the end states are in the first screen."""
+        page = tmp_path / "fleet.html"
+        assert main(["stats", str(fleet.folder), "--html", str(page)]) == 0
+        browser.set_window_size(1280, 900)
+        browser_log(browser)
+        browser.get(page.as_uri())
+        assert [e for e in browser_log(browser) if e["level"] == "SEVERE"] == []
+        assert browser.execute_script("return document.scripts.length") == 0
+        wide = browser.execute_script(
+            "const el = [document.documentElement, document.body,"
+            " ...document.querySelectorAll('.diagram, section, table, h1')];"
+            "return el.filter(e => e.scrollWidth > e.clientWidth).map(e => e.id || e.tagName);"
+        )
+        assert wide == []
+        width = browser.execute_script("return document.documentElement.clientWidth")
+        svg = browser.find_element(By.CSS_SELECTOR, "#heat svg.machine").rect
+        assert svg["x"] >= 0
+        assert svg["x"] + svg["width"] <= width
+        height = browser.execute_script("return window.innerHeight")
+        badge = browser.find_element(By.CSS_SELECTOR, "#ends .badge.end").rect
+        assert badge["y"] + badge["height"] <= height
+        hottest = browser.find_elements(By.CSS_SELECTOR, "#heat g.edge.heat-5 path")
+        coolest = browser.find_elements(By.CSS_SELECTOR, "#heat g.edge.fired:not(.heat-5) path")
+        never = browser.find_elements(By.CSS_SELECTOR, "#heat g.edge.unfired path")
+        assert hottest
+        assert coolest
+        assert never
+        assert hottest[0].value_of_css_property("stroke-width") == "7px"
+        assert all(p.value_of_css_property("stroke-width") != "7px" for p in coolest)
+        assert never[0].value_of_css_property("stroke-dasharray") not in ("", "none")
+        rows = browser.find_elements(By.CSS_SELECTOR, "table.rows tbody tr")
+        assert len(rows) == len(table.ROWS)
+        assert len(browser.find_elements(By.CSS_SELECTOR, "table.rows tr.never")) == len(
+            counted.never_fired
+        )
