@@ -265,3 +265,44 @@ class TestProgressAndIdentity:
             stdio(prefix="fs.")
         with pytest.raises(TypeError, match="resend"):
             stdio(resend={"charge": "yes"})
+
+
+EVERYTHING = (
+    Path(__file__).resolve().parent.parent
+    / "build/mcp-servers/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
+)
+
+
+class TestServerEverything:
+    def test_the_reference_server_through_the_real_sdk(self) -> None:
+        """npm's `server-everything` (installed by `make mcp-servers`): its image reaches the
+        model as one block with no base64 text, its structured content is not said twice,
+        its task-only tool is not offered, and its progress reports renew the timeout."""
+        assert EVERYTHING.is_file(), "server-everything is not installed: run `make mcp-servers`"
+        sink = MemorySink()
+        toolset = MCPToolset.stdio("node", [str(EVERYTHING), "stdio"], name="everything",
+                                   timeout=2.0)  # fmt: skip
+        with FakeAnthropicServer() as api:
+            api.add(
+                replies.tool_uses(
+                    ("get-tiny-image", {}),
+                    ("get-structured-content", {"location": "Chicago"}),
+                    ("trigger-long-running-operation", {"duration": 3, "steps": 3}),
+                ),
+                replies.text("Seen."),
+            )
+            model = AnthropicModel(api_key="sk-test", base_url=api.base_url)
+            result = run(Agent(model, tools=[toolset], audit=Audit(sinks=[sink])), "Look.")
+            assert result.end_state == "completed", result.reason
+            assert api.invalid_requests == []
+            offered = {tool["name"] for tool in api.requests[0]["tools"]}
+            image, weather, job = api.requests[1]["messages"][2]["content"]
+        assert "simulate-research-query" not in offered
+        (listed,) = [e for e in sink.events if e["event"] == "toolset.listed"]
+        assert "simulate-research-query" in listed["left_out"]
+        blocks = [block for block in image["content"] if block["type"] == "image"]
+        assert len(blocks) == 1
+        data = blocks[0]["source"]["data"]
+        assert all(data[:40] not in b.get("text", "") for b in image["content"])
+        assert weather["content"].count("temperature") == 1  # the text, not again as JSON
+        assert "is_error" not in job
