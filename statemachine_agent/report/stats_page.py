@@ -292,6 +292,7 @@ def render_stats(fleet: FleetStats, *, title: str = "Fleet view") -> str:
 
 
 _HEAT_STYLE = """
+svg.machine g.edge.fired path { stroke-dasharray: none; }
 svg.machine g.edge.fired.heat-1 path { stroke: #a6d8bd; stroke-width: 1.5; }
 svg.machine g.edge.fired.heat-2 path { stroke: #6cbf8f; stroke-width: 2.5; }
 svg.machine g.edge.fired.heat-3 path { stroke: #2e9a5e; stroke-width: 4; }
