@@ -15,6 +15,7 @@ import json
 import subprocess
 import sys
 from datetime import datetime
+from html import escape as html_escape
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,7 @@ from statemachine_agent import (
     ScriptedModel,
     SQLiteCheckpointer,
     ToolCall,
+    report,
     tool,
 )
 from statemachine_agent.audit.sink import read_events
@@ -164,6 +166,14 @@ class TestAPersonsDecisionFromAnotherProcess:
         assert 0 <= event["waited_s"] <= resumed_at - paused_at + 0.01
         answered = [e for e in events if e["event"] in ("tool.finished", "tool.failed")]
         assert outcome in answered[-1]["content"]
+
+        page = report.html(events)  # the reviewer's page of the same file
+        timeline = page.split('id="timeline"')[-1] if 'id="timeline"' in page else page
+        assert person in timeline
+        assert html_escape(note) in timeline
+        assert "waited" in timeline
+        assert "paused" in timeline
+        assert "resumed" in timeline
 
         out = inspected(tmp_path / "audit" / f"{run_id}.jsonl", capsys)
         section = out.split("Approvals, pauses and resumes:")[1].split("\nAudit:")[0]
