@@ -39,6 +39,7 @@ from statemachine_agent import (
     Deny,
     ScriptedModel,
     calculate,
+    diagrams,
     generate_key,
     tool,
 )
@@ -49,7 +50,7 @@ from statemachine_agent.policy.stall import StallPolicy
 from statemachine_agent.report import FleetStats, ReportError, stats
 from statemachine_agent.report.stats import _Sample
 from statemachine_agent.report.stats_console import print_stats
-from statemachine_agent.report.stats_page import STYLE, heat_level, render_stats
+from statemachine_agent.report.stats_page import STYLE, heat_level, heat_map, render_stats
 from statemachine_agent.testing import FakeAnthropicServer, replies
 from tests.test_report import browser, browser_log
 from tests.test_review_surfaces import CORPUS
@@ -569,3 +570,15 @@ class TestThePageInABrowser:
         assert len(browser.find_elements(By.CSS_SELECTOR, "table.rows tr.never")) == len(
             counted.never_fired
         )
+
+    def test_without_a_renderer_the_packaged_diagram_carries_the_heat(
+        self, counted: FleetStats, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """With no Graphviz renderer the page still draws the heat, on the package's diagram
+        (edges found by their ids), and says so."""
+        monkeypatch.setattr(diagrams, "find_renderer", lambda: None)
+        svg, note = heat_map(counted)
+        assert note.startswith("The diagram shipped with the package")
+        assert svg is not None
+        assert 'class="edge fired heat-' in svg
+        assert 'class="edge unfired"' in svg
