@@ -621,6 +621,9 @@ def parser() -> argparse.ArgumentParser:
 
     add_commands(sub, common)
     add_store_commands(sub)
+    from statemachine_agent.cli.evals import add_command as add_eval_command
+
+    add_eval_command(sub)
     return top
 
 
