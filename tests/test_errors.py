@@ -51,6 +51,7 @@ PREVIOUS_BASES: dict[str, type[BaseException]] = {
     "ConversationConflictError": RuntimeError,
     "ConversationEndedError": RuntimeError,
     "DecisionTypeError": TypeError,
+    "ForkPointError": ValueError,
     "GoldenFileError": ValueError,
     "GraphvizError": RuntimeError,
     "InvalidIdError": ValueError,

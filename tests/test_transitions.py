@@ -162,9 +162,15 @@ def _summary_due(run: RunRecord) -> None:
     run.summary.replaceable = 3
 
 
+def _steered(run: RunRecord) -> None:
+    """A message steered into the run was read from its queue and waits."""
+    run.steering.waiting = [{"number": 1, "text": "also check March", "by": None}]
+
+
 ARRANGEMENTS: dict[tuple[str, str, str, tuple[str, ...]], Arrange] = {
     ("perceive", "prepared", "cancelled", ("cancel_requested",)): _cancel,
     ("perceive", "prepared", "budget_exhausted", ("budget_exceeded",)): _spent,
+    ("perceive", "prepared", "perceive", ("steering_waiting",)): _steered,
     ("perceive", "prepared", "summarize", ("summary_due",)): _summary_due,
     ("perceive", "prepared", "reason", ()): _nothing,
     ("reason", "replied", "cancelled", ("cancel_requested",)): _cancel,
@@ -335,6 +341,7 @@ def test_fired_transition_is_an_audit_event(engine: Engine) -> None:
     assert event["guards"] == {
         "cancel_requested": False,
         "budget_exceeded": False,
+        "steering_waiting": False,
         "summary_due": False,
     }
 

@@ -125,6 +125,8 @@ async def drive(
     ctx = PhaseEnv(state=record, deps=services, emitter=emitter,
                        host_deps=host_deps)  # fmt: skip
     ctx.writer = writer
+    ctx.mailbox = parts.mailbox
+    parts.driving.add(record.run_id)
     try:
         await refresh_tools(ctx, cancel)  # a toolset's tools, before the run lists them
         return await parts.engine.drive(
@@ -133,6 +135,7 @@ async def drive(
             resumed=writer is not None,
         )
     finally:
+        parts.driving.discard(record.run_id)
         if own is not None:
             own.close()
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from statemachine_agent.agent._building import with_output
+from statemachine_agent.persistence.steering import LocalMailbox, Mailbox
 
 if TYPE_CHECKING:  # annotations only: the bundle's module imports no engine, no phases
     from statemachine_agent.audit.config import Audit
@@ -40,6 +41,18 @@ class AgentParts:
     """Drives the runs through the machine built from the table."""
     outputs: dict[int, AgentDeps] = field(default_factory=dict, compare=False, repr=False)
     """The services per run-time output type, made once each (see `deps_for`)."""
+    local_mailbox: LocalMailbox = field(default_factory=LocalMailbox, compare=False, repr=False)
+    """The steering queues of this agent's runs when its store has none (or no store)."""
+    driving: set[str] = field(default_factory=set, compare=False, repr=False)
+    """Ids of the runs this agent is driving now in this process (steerable without a
+    store)."""
+
+    @property
+    def mailbox(self) -> Mailbox:
+        """Where messages steered into this agent's runs wait: the store's queue (shared
+        by every process using the store), or this agent's own."""
+        store = self.deps.checkpointer
+        return store if isinstance(store, Mailbox) else self.local_mailbox
 
     @property
     def checkpointer(self) -> Checkpointer | None:

@@ -23,7 +23,7 @@ from os import PathLike
 from types import MappingProxyType
 from typing import Any, Literal, Unpack
 
-from statemachine_agent.agent import _driving
+from statemachine_agent.agent import _driving, _fork, _steering
 from statemachine_agent.agent._building import (
     check_arguments,
     model_of,
@@ -520,6 +520,70 @@ class Agent:
                                         deps=services, host_deps=opts.deps)  # fmt: skip
         finally:
             _driving.release(self.checkpointer, lease)
+
+    def steer(self, run_id: str, text: str, *, by: str | None = None) -> int:
+        """Add a user message to a run that is going: running (here or in any process
+        sharing the store), paused for approval, or cancelled.
+
+        The message is delivered at the run's next `perceive` (its `perceive` to
+        `perceive` row, a `run.steered` event naming `by`), added to the latest user
+        turn after any tool results, so no request ever splits a tool_use from its
+        result; several are delivered together, in order. With a store the queue is
+        the store's: durable, and delivered exactly once across a crash and resume.
+        Returns the message's number in the run's queue. An ended run raises
+        `RunAlreadyEndedError`; a run unknown here and in the store, `RunNotFoundError`.
+        """
+        return _steering.steer(self._parts, run_id, text, by)
+
+    async def asteer(self, run_id: str, text: str, *, by: str | None = None) -> int:
+        """`steer` from async code (the store is written on a worker thread)."""
+        return await asyncio.to_thread(_steering.steer, self._parts, run_id, text, by)
+
+    def fork(
+        self,
+        run_id: str,
+        at: int,
+        *,
+        new_run_id: str | None = None,
+        prompt: str | None = None,
+        start: bool = True,
+        **changes: Any,
+    ) -> RunResult[Any] | str:
+        """Start a new run from transition `at` of a recorded run (blocking); see `afork`."""
+        return run_blocking(self.afork(run_id, at, new_run_id=new_run_id, prompt=prompt,
+                                       start=start, **changes))  # fmt: skip
+
+    async def afork(
+        self,
+        run_id: str,
+        at: int,
+        *,
+        new_run_id: str | None = None,
+        prompt: str | None = None,
+        start: bool = True,
+        **changes: Any,
+    ) -> RunResult[Any] | str:
+        """A new run whose history is run `run_id`'s up to its transition `at` (the
+        `seq` of `result.trail`, from 1), in the state that transition entered, with
+        settings changed as `agent.replace(**changes)` changes them.
+
+        `prompt` replaces the history's last user prompt (refused where the last user
+        message holds tool results). The original is not touched; the fork's record
+        and audit name it (`forked_from`, `forked_at`), and its audit file begins with
+        the original's events up to `at`. A point entering `act` (between tools' calls
+        and their recorded results), or an end state no resume leaves, raises
+        `ForkPointError` naming the nearest points that can fork, and makes no run.
+        With `start` (the default) the fork is driven to its end and its `RunResult`
+        returned; otherwise it is only stored and its id returned (`resume` drives it).
+        """
+        target = self.replace(**changes) if changes else self
+        new_id = await asyncio.to_thread(
+            _fork.create_fork, self._parts, target._parts, run_id, at,
+            new_run_id_=new_run_id, prompt=prompt, changed=tuple(changes),
+        )  # fmt: skip
+        if not start:
+            return new_id
+        return await target.aresume(new_id)
 
     def as_tool(self, *, name: str | None = None, description: str | None = None) -> Tool:
         """This agent as a tool of another agent: a sub-agent.

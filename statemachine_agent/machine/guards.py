@@ -263,10 +263,27 @@ def reflection_due(run: RunRecord) -> bool:
         and run.iteration > 0
         and run.iteration % interval == 0
         and run.last_reflection != run.iteration
+        and run.steering.seen_by_call != run.iteration  # just redirected by a steer
     )
 
 
 @requires(reach.always)
+@requires(reach.always)
+def steering_waiting(run: RunRecord) -> bool:
+    """Steered messages wait to be added to the history, and it may take them now:
+    never while a tool_use of the last reply is still unanswered."""
+    if not run.steering.waiting:
+        return False
+    last = run.messages[-1] if run.messages else None
+    if last is None or last.get("role") != "assistant":
+        return True
+    content = last.get("content")
+    return not (
+        isinstance(content, list)
+        and any(isinstance(b, dict) and b.get("type") == "tool_use" for b in content)
+    )
+
+
 def cancelled_before_reply(run: RunRecord) -> bool:
     """The run was cancelled before a model reply was in hand (in perceive, or with the
     model call abandoned), so resuming makes the call again."""
@@ -294,6 +311,7 @@ GUARDS: Mapping[str, Guard] = {
     for guard in (
         cancel_requested,
         budget_exceeded,
+        steering_waiting,
         is_tool_use,
         is_empty_reply,
         is_end_turn,

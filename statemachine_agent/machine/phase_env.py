@@ -21,6 +21,7 @@ from statemachine_agent.machine.table import Row
 from statemachine_agent.models.base import Model, ModelRequest
 from statemachine_agent.persistence.base import Checkpointer
 from statemachine_agent.persistence.delta import CheckpointWriter, tombstone
+from statemachine_agent.persistence.steering import Mailbox
 from statemachine_agent.policy.approval import ApprovalPolicy
 from statemachine_agent.policy.context import ContextPolicy
 from statemachine_agent.policy.pricing import PriceTable
@@ -84,6 +85,9 @@ class PhaseEnv:
     cancel: CancelToken | None = None
     """The run's `CancelToken`, if the host gave one (set by the engine): a sub-agent's
     run started by this one is cancelled with it."""
+    mailbox: Mailbox | None = None
+    """Where messages steered into this run wait (the store's queue, or the agent's
+    own without a store); `perceive` reads it (see `persistence/steering.py`)."""
     listed: dict[str, Mapping[str, Any]] = field(default_factory=dict)
     """What this run's last `toolset.listed` event said of each toolset (by name), so it
     is said again only when a listing changes it."""

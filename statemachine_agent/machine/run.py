@@ -195,6 +195,68 @@ class SubagentTrack:
 
 
 @dataclass(slots=True)
+class SteeringTrack:
+    """Messages steered into the run (`Agent.steer`): read from its queue, delivered.
+
+    `seen` is checkpointed with the history the messages went into, so a resumed run
+    reads from its queue exactly what its last checkpoint had not (see
+    `persistence/steering.py`)."""
+
+    seen: int = 0
+    """The highest queue number read into this record (waiting or delivered)."""
+    waiting: list[dict[str, Any]] = field(default_factory=list, metadata=REPLACED)
+    """Messages read and not yet in the history (`SteerMessage.to_plain()` each): the
+    `steering_waiting` guard routes `perceive` through its delivery row."""
+    delivered: int = 0
+    """Messages added to the history so far."""
+    seen_by_call: int = -1
+    """The model call (iteration number) that first sees the latest delivery: the
+    reflection interval does not fire on it (the model has just been redirected)."""
+
+
+@dataclass(slots=True)
+class TaintTrack:
+    """Where untrusted text entered the run, and the calls its `TaintPolicy` gated.
+
+    The run is tainted from its first source on, for good: compaction and summaries
+    rewrite the history, never this list (a summary of tainted text is tainted, and a
+    run that acted on text it has since dropped acted on it all the same)."""
+
+    sources: list[dict[str, Any]] = field(default_factory=list)
+    """Each untrusted result that entered the history (`TaintSource` fields: `tool`,
+    `tool_use_id`, `excerpt`, `iteration`), in order; a sub-agent starts with its
+    parent's."""
+    gated: list[str] = field(default_factory=list)
+    """tool_use ids of the side-effect calls the policy gated (sent for approval or
+    refused), so the `taint_approval_pending` guard can tell a taint pause."""
+
+    @property
+    def tainted(self) -> bool:
+        return bool(self.sources)
+
+
+@dataclass(slots=True)
+class StagedTrack:
+    """Side effects last: the calls of deferrable tools staged during the loop, and what
+    `commit` made of them (each entry is plain JSON; a list is only ever replaced).
+
+    Every field has a default, so a checkpoint written before staging existed loads."""
+
+    calls: list[dict[str, Any]] = field(default_factory=list, metadata=REPLACED)
+    """Staged and not yet run, in the order staged: `ref` ("S1"), `tool_use_id`,
+    `tool`, `input`, `iteration`."""
+    issued: int = 0
+    """References handed out so far (the next is `S{issued + 1}`), never reused."""
+    committing: bool = False
+    """The run is inside `commit` (or paused for approval in it): resuming goes back there."""
+    ran: list[dict[str, Any]] = field(default_factory=list, metadata=REPLACED)
+    """Staged calls `commit` ran, in order: `ref`, `tool_use_id`, `tool`, `input`,
+    `content`, `is_error`. A resumed commit never runs one of these again."""
+    failure: dict[str, Any] | None = None
+    """The staged call of the last commit that failed (`ref`, `tool`, `error`)."""
+
+
+@dataclass(slots=True)
 class RunRecord:
     """The mutable state of one run; `state` is the machine's current state.
 
@@ -262,6 +324,10 @@ class RunRecord:
     """For a sub-agent's run: the parent's `run_id` and the `tool_use_id` of the call
     that started it (see `Agent.as_tool`)."""
     subagents: SubagentTrack = field(default_factory=SubagentTrack)
+    steering: SteeringTrack = field(default_factory=SteeringTrack)
+    forked_from: dict[str, Any] | None = field(default=None, metadata=REPLACED)
+    """For a fork (`Agent.fork`): the original's `run_id` and the transition `seq` it
+    was forked at (`{"run_id": ..., "seq": ...}`)."""
 
     @property
     def budget(self) -> Budget:

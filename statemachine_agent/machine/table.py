@@ -7,7 +7,8 @@ Reading it: a phase finishes and names a trigger; of the rows with that source
 and trigger, the first whose guards all pass fires. Guarded rows therefore sit
 above their fallback, and the order within a group is part of the contract:
 cancellation first, then the budget, then the model's stop_reason, then finishing,
-then the stall detector, then the reflection interval.
+then the stall detector, then the reflection interval. A steered message is
+delivered by a row of its own (`perceive` to `perceive`), so the trail names it.
 
 Resuming is rows too: a paused or cancelled run leaves its end state by the
 `resumed` trigger, and the row says where it carries on. A row may carry data for
@@ -97,6 +98,10 @@ ROWS: tuple[Row, ...] = (
     Row("perceive", "prepared", "budget_exhausted", ("budget_exceeded",),
         "A limit (iterations, cost, tokens, time, refused tool calls) is reached.",
         reason="budget exhausted: {budget}"),
+    Row("perceive", "prepared", "perceive", ("steering_waiting",),
+        "Messages steered into the run (Agent.steer) wait: add them to the latest user "
+        "turn, then build the request again.",
+        arrival="deliver_steering"),
     Row("perceive", "prepared", "summarize", ("summary_due",),
         "The prompt passed summarize_at_tokens: summarize older exchanges before the call."),
     Row("perceive", "prepared", "reason", (),

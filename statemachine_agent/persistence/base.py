@@ -22,6 +22,7 @@ from statemachine_agent.machine.run import RunRecord
 from statemachine_agent.persistence.codec import SerializationError, record_from_plain
 from statemachine_agent.persistence.delta import counters, fold, stamped_metadata
 from statemachine_agent.persistence.lease import Holder, Lease, LeaseBook
+from statemachine_agent.persistence.steering import LocalMailbox, SteerMessage
 from statemachine_agent.unicode import repair_text
 
 DEFAULT_LEASE_SECONDS = 30.0
@@ -182,6 +183,7 @@ class MemoryCheckpointer:
         self._lock = threading.Lock()
         self.leases = LeaseBook(math.inf)
         """Leases last while they are held: this store lives and dies with its process."""
+        self._mailbox = LocalMailbox()
 
     def __repr__(self) -> str:
         return "<MemoryCheckpointer>"
@@ -219,6 +221,13 @@ class MemoryCheckpointer:
                 for run_id, summary in self._summaries.items()
                 if metadata_matches(summary.metadata, metadata or {})
             ]
+
+    def steer(self, run_id: str, text: str, *, by: str | None = None) -> int:
+        """Queue a steering message for the run (see `steering.py`)."""
+        return self._mailbox.steer(run_id, text, by=by)
+
+    def steered(self, run_id: str, after: int = 0) -> list[SteerMessage]:
+        return self._mailbox.steered(run_id, after)
 
     def acquire(self, run_id: str) -> Lease:
         with self._lock:

@@ -12,7 +12,10 @@ Tables (schema version 5):
 - `sma_runs`: one row per run: its lease, how many checkpoints it has and the
   last digest (so a deleted last row shows too), and what `runs` lists;
 - `sma_meta`: the schema version, so a store written by a newer version is
-  refused by name and an older one migrated forward.
+  refused by name and an older one migrated forward;
+- `sma_steering`: the messages steered into each run, numbered per run
+  (`steering.py`); created on open like the others (no version change: a store of
+  an older version simply has no queue yet), sealed when the store is encrypted.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from statemachine_agent.persistence.crypto import (
 from statemachine_agent.persistence.delta import counters, stamped_metadata
 from statemachine_agent.persistence.lease import Holder, Lease, LeaseBook
 from statemachine_agent.persistence.packing import UnpackError, pack, unpack
+from statemachine_agent.persistence.steering import SteerMessage
 
 SCHEMA_VERSION = 5
 """The layout this version writes; stores at a lower version are migrated on open.
@@ -85,6 +89,13 @@ CREATE TABLE IF NOT EXISTS sma_checkpoints (
     digest TEXT NOT NULL,
     packed {blob},
     PRIMARY KEY (run_id, seq)
+);
+CREATE TABLE IF NOT EXISTS sma_steering (
+    run_id TEXT NOT NULL,
+    number INTEGER NOT NULL,
+    body TEXT NOT NULL,
+    sent_at {real} NOT NULL,
+    PRIMARY KEY (run_id, number)
 );
 CREATE INDEX IF NOT EXISTS sma_runs_updated ON sma_runs (updated_at)
 """
@@ -165,6 +176,12 @@ class SQLCheckpointer:
             f"WHERE updated_at < {m} AND checkpoints > 0",
             "drop_rows": f"DELETE FROM sma_checkpoints WHERE run_id = {m}",
             "drop_run": f"DELETE FROM sma_runs WHERE run_id = {m}",
+            "drop_steering": f"DELETE FROM sma_steering WHERE run_id = {m}",
+            "last_steer": f"SELECT COALESCE(MAX(number), 0) FROM sma_steering WHERE run_id = {m}",
+            "steer": "INSERT INTO sma_steering (run_id, number, body, sent_at) "
+            f"VALUES ({m}, {m}, {m}, {m})",
+            "steered": "SELECT number, body, sent_at FROM sma_steering "
+            f"WHERE run_id = {m} AND number > {m} ORDER BY number",
             "version": "SELECT value FROM sma_meta WHERE key = 'schema_version'",
             "set_version": f"INSERT INTO sma_meta (key, value) VALUES ('schema_version', {m}) "
             "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
@@ -361,6 +378,40 @@ class SQLCheckpointer:
         ]
         return [s for s in found if metadata_matches(s.metadata, metadata or {})]
 
+    # -- steering -----------------------------------------------------------------
+
+    def steer(self, run_id: str, text: str, *, by: str | None = None) -> int:
+        """Queue a message for the run (see `steering.py`); returns its number.
+
+        Numbered inside the write transaction, so two processes steering at once get
+        consecutive numbers; its text and sender are sealed like a checkpoint's body."""
+        with self._lock, self._transaction():
+            now = time.time()
+            self._execute(self._q["ensure"], (run_id, now, now))
+            self._execute(self._q["head"], (run_id,))  # locks the run's row (PostgreSQL)
+            number = int(self._execute(self._q["last_steer"], (run_id,)).fetchone()[0]) + 1
+            body = encode({"text": text, "by": by})
+            if self._cipher is not None:
+                body = self._cipher.seal(body, _steering_context(run_id, number))
+            self._execute(self._q["steer"], (run_id, number, body, now))
+        return number
+
+    def steered(self, run_id: str, after: int = 0) -> list[SteerMessage]:
+        """The run's queued messages numbered above `after`, in order, opened."""
+        with self._lock, self._reading(run_id):
+            rows = self._execute(self._q["steered"], (run_id, after)).fetchall()
+        found: list[SteerMessage] = []
+        for number, body, sent_at in rows:
+            try:
+                plain = json.loads(
+                    open_payload(self._cipher, body, _steering_context(run_id, int(number)))
+                )
+            except (KeyMismatchError, ValueError) as exc:
+                raise self._corrupt(f"steering message {number}: {exc}", run_id=run_id) from None
+            found.append(SteerMessage(int(number), str(plain["text"]), plain.get("by"),
+                                      float(sent_at)))  # fmt: skip
+        return found
+
     # -- leases -------------------------------------------------------------------
 
     def acquire(self, run_id: str) -> Lease:
@@ -408,6 +459,7 @@ class SQLCheckpointer:
             for run_id in gone:
                 self._execute(self._q["drop_rows"], (run_id,))
                 self._execute(self._q["drop_run"], (run_id,))
+                self._execute(self._q["drop_steering"], (run_id,))
         if gone:
             self._compact()
         return gone
@@ -453,6 +505,10 @@ def _holder(owner: str | None, expires: float | None) -> Holder | None:
 
 def _context(run_id: str, seq: int) -> bytes:
     return f"{run_id}\0{seq}".encode()
+
+
+def _steering_context(run_id: str, number: int) -> bytes:
+    return f"{run_id}\0steering\0{number}".encode()
 
 
 def _metadata_context(run_id: str) -> bytes:

@@ -34,6 +34,9 @@ class Perceive:
         run, policy = ctx.state, ctx.deps.context
         if ctx.arrival == "ask_for_typed_answer":  # the row says: the text was no answer
             add_user_text(run.messages, TEXT_ANSWER)
+        if ctx.arrival == "deliver_steering":  # the row says: steered messages wait
+            deliver_steering(ctx)
+        read_steering(ctx)
         if policy.compact_at_tokens is not None or policy.summarize_at_tokens is not None:
             run.summary.prompt_tokens = await measure(ctx)
             run.summary.replaceable = summary_cut(run.messages, policy.keep_last)
@@ -42,6 +45,38 @@ class Perceive:
                 compact_history(ctx, keep=policy.keep_tool_results, forced=False)
         ctx.request = build_request(ctx)
         return "prepared"
+
+
+def read_steering(ctx: PhaseEnv) -> None:
+    """Take what was steered into the run since it last looked into the record, where
+    the `steering_waiting` guard sees it (one indexed read of the store's queue)."""
+    mailbox, run = ctx.mailbox, ctx.state
+    if mailbox is None:
+        return
+    found = mailbox.steered(run.run_id, run.steering.seen)
+    if found:
+        run.steering.seen = found[-1].number
+        run.steering.waiting = [*run.steering.waiting, *(m.to_plain() for m in found)]
+
+
+def deliver_steering(ctx: PhaseEnv) -> None:
+    """Add the waiting messages, in order, to the latest user turn (after its tool
+    results, never between a tool_use and its result), each a `run.steered` event.
+
+    A steered message is new information, not a repeat: the stall detector starts
+    over, and the reflection interval does not fire on the call that first sees it.
+    """
+    run = ctx.state
+    for message in run.steering.waiting:
+        add_user_text(run.messages, str(message["text"]))
+        run.steering.delivered += 1
+        ctx.emitter.emit("run.steered", iteration=run.iteration, number=message["number"],
+                         text=message["text"], by=message.get("by"),
+                         sent_at=message.get("sent_at"))  # fmt: skip
+    run.steering.waiting = []
+    run.steering.seen_by_call = run.iteration + 1
+    run.stall.observations, run.stall.finding = {}, None
+    ctx.stall_detector = None
 
 
 async def refresh_tools(ctx: PhaseEnv, cancel: CancelToken | None = None) -> None:

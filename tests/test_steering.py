@@ -1,0 +1,284 @@
+"""Steering a run while it runs (issue 31): `Agent.steer` queues a user message that the
+run's next `perceive` delivers, by its own row, after any tool results.
+
+Through the real `anthropic` SDK against the strict local server (every request is
+validated: a message between a tool_use and its tool_result would be refused):
+a steer during `act` is in the next request's last user turn and nowhere earlier;
+a steer to a paused run is delivered when it is resumed; a steer from a second
+process reaches a run driven by the first through the SQLite store; and a steer
+queued before a SIGKILL is delivered exactly once after the resume.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from statemachine_agent import Agent, Approve, Audit, ScriptedModel, tool
+from statemachine_agent.audit.sink import read_events
+from statemachine_agent.machine.resume import RunAlreadyEndedError
+from statemachine_agent.persistence.base import MemoryCheckpointer, RunNotFoundError
+from statemachine_agent.testing import FakeAnthropicServer, replies
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def texts(message: dict[str, Any]) -> list[str]:
+    content = message["content"]
+    if isinstance(content, str):
+        return [content]
+    return [b["text"] for b in content if b.get("type") == "text"]
+
+
+def mentions(request: dict[str, Any], text: str) -> bool:
+    return text in json.dumps(request["messages"])
+
+
+class TestSteerDuringAct:
+    def test_the_next_request_carries_it_in_its_last_user_turn_and_no_earlier_one(
+        self, tmp_path: Path
+    ) -> None:
+        agent_box: list[Agent] = []
+
+        @tool
+        def lookup(month: str) -> str:
+            """Look up invoices of a month."""
+            if month == "February":
+                agent_box[0].steer("run-steer-act", "also check the March invoices", by="ops")
+                agent_box[0].steer("run-steer-act", "and skip staging", by="ops")
+            return f"invoices of {month}: 3"
+
+        script = [
+            replies.tool_use("lookup", {"month": "February"}),
+            replies.tool_use("lookup", {"month": "March"}),
+            replies.text("Done."),
+        ]
+        with FakeAnthropicServer(script) as server:
+            agent = Agent(server.model(max_retries=0), tools=[lookup],
+                          audit=Audit(dir=tmp_path))  # fmt: skip
+            agent_box.append(agent)
+            result = agent.run("Check the February invoices.", run_id="run-steer-act")
+            assert server.unexpected() == []
+            requests = server.requests
+        assert result.end_state == "completed", result.reason
+        assert not mentions(requests[0], "March invoices")
+        last = requests[1]["messages"][-1]
+        assert last["role"] == "user"
+        assert [b["type"] for b in last["content"]] == ["tool_result", "text", "text"]
+        assert texts(last) == ["also check the March invoices", "and skip staging"]
+        assert json.dumps(requests[2]["messages"]).count("also check the March") == 1
+        steered = [t for t in result.trail if t.via == ("steering_waiting",)]
+        assert [(t.source, t.dest) for t in steered] == [("perceive", "perceive")]
+        events = read_events(tmp_path / "run-steer-act.jsonl")
+        sent = [e for e in events if e["event"] == "run.steered"]
+        assert [(e["number"], e["text"], e["by"]) for e in sent] == [
+            (1, "also check the March invoices", "ops"),
+            (2, "and skip staging", "ops"),
+        ]
+
+
+class TestSteerAPausedRun:
+    def test_it_is_delivered_when_the_run_is_resumed(self) -> None:
+        @tool(requires_approval=True)
+        def refund(amount: int) -> str:
+            """Refund an amount."""
+            return f"refunded {amount}"
+
+        script = [
+            replies.reply(
+                replies.tool_use_block("refund", {"amount": 12}, id="toolu_r"),
+                stop_reason="tool_use",
+            ),
+            replies.text("Done."),
+        ]
+        with FakeAnthropicServer(script) as server:
+            agent = Agent(server.model(max_retries=0), tools=[refund],
+                          checkpointer=MemoryCheckpointer())  # fmt: skip
+            paused = agent.run("Refund 12.")
+            assert paused.end_state == "awaiting_approval"
+            assert agent.steer(paused.run_id, "the customer is a VIP", by="carol") == 1
+            done = agent.resume(paused.run_id, decisions={"toolu_r": Approve()})
+            assert server.unexpected() == []
+            requests = server.requests
+        assert done.end_state == "completed", done.reason
+        assert texts(requests[1]["messages"][-1])[-1] == "the customer is a VIP"
+        assert not mentions(requests[0], "VIP")
+        with pytest.raises(RunAlreadyEndedError, match="has ended \\(completed\\)"):
+            agent.steer(done.run_id, "too late")
+
+    def test_an_unknown_run_and_bad_text_are_refused_by_name(self) -> None:
+        agent = Agent(ScriptedModel([replies.text("ok")]), checkpointer=False)
+        with pytest.raises(RunNotFoundError):
+            agent.steer("nobody", "hello")
+        with pytest.raises(ValueError, match="non-empty"):
+            agent.steer("nobody", "  ")
+
+
+AGENT = """
+import sys, time
+from pathlib import Path
+from statemachine_agent import Agent, Audit, SQLiteCheckpointer, tool
+from statemachine_agent.models.anthropic import AnthropicModel
+
+url, folder, marker = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
+
+@tool
+def wait_for_news() -> str:
+    '''Wait until something happens.'''
+    marker.write_text("waiting")
+    deadline = time.monotonic() + 60
+    while not (folder / "go").exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return "nothing new"
+
+model = AnthropicModel("claude-sonnet-4-5", base_url=url, api_key="sk-ant-test-key",
+                       max_retries=0)
+store = SQLiteCheckpointer(folder / "runs.sqlite3", lease_seconds=1.0)
+agent = Agent(model, tools=[wait_for_news], checkpointer=store,
+              audit=Audit(dir=folder / "audit"))
+"""
+
+DRIVE = (
+    AGENT
+    + """
+result = agent.run("Watch the queue.", run_id="run-far")
+print(result.end_state)
+"""
+)
+
+RESUME = (
+    AGENT
+    + """
+(folder / "go").write_text("go")
+result = agent.resume("run-far", wait=30)  # the killed worker's lease runs out
+print(result.end_state)
+"""
+)
+
+
+def wait_for(path: Path) -> None:
+    deadline = time.monotonic() + 60
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.02)
+
+
+def script_waiting() -> list[Any]:
+    return [replies.tool_use("wait_for_news", {}), replies.text("Done.")]
+
+
+class TestSteerFromAnotherProcess:
+    def test_a_run_driven_by_a_worker_gets_a_message_steered_here(self, tmp_path: Path) -> None:
+        marker = tmp_path / "marker"
+        with FakeAnthropicServer(script_waiting()) as server:
+            worker = subprocess.Popen(
+                [sys.executable, "-c", DRIVE, server.base_url, str(tmp_path), str(marker)],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+            )  # fmt: skip
+            wait_for(marker)
+            here = Agent(ScriptedModel([]), checkpointer=tmp_path / "runs.sqlite3")
+            here.steer("run-far", "the queue moved to eu-west", by="web")
+            here.close()
+            (tmp_path / "go").write_text("go")
+            out, err = worker.communicate(timeout=120)
+            assert worker.returncode == 0, err
+            assert server.unexpected() == []
+            requests = server.requests
+        assert out.strip() == "completed"
+        assert texts(requests[1]["messages"][-1])[-1] == "the queue moved to eu-west"
+
+    def test_a_message_queued_before_a_sigkill_is_delivered_once_after_the_resume(
+        self, tmp_path: Path
+    ) -> None:
+        marker = tmp_path / "marker"
+        with FakeAnthropicServer(script_waiting()) as server:
+            worker = subprocess.Popen(
+                [sys.executable, "-c", DRIVE, server.base_url, str(tmp_path), str(marker)],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT,
+            )  # fmt: skip
+            wait_for(marker)
+            here = Agent(ScriptedModel([]), checkpointer=tmp_path / "runs.sqlite3")
+            here.steer("run-far", "use the backup queue", by="web")
+            here.close()
+            os.kill(worker.pid, signal.SIGKILL)
+            worker.wait(timeout=60)
+            resumed = subprocess.run(
+                [sys.executable, "-c", RESUME, server.base_url, str(tmp_path), str(marker)],
+                capture_output=True, text=True, timeout=120, check=False, cwd=ROOT,
+            )  # fmt: skip
+            assert resumed.returncode == 0, resumed.stderr
+            assert server.unexpected() == []
+            requests = server.requests
+        assert resumed.stdout.strip().splitlines()[-1] == "completed"
+        assert [json.dumps(r["messages"]).count("use the backup queue") for r in requests] == [
+            0,
+            1,
+        ]
+
+
+@settings(max_examples=25, deadline=None)
+@given(batches=st.lists(st.lists(st.text(min_size=1, max_size=12).filter(str.strip),
+                                 max_size=3), min_size=3, max_size=3))  # fmt: skip
+def test_every_message_is_delivered_once_in_order_and_every_request_stays_valid(
+    batches: list[list[str]],
+) -> None:
+    """Whatever is steered during each act (none, one, several), each message reaches
+    the model exactly once, in order, after the tool results of that act."""
+    box: list[Agent] = []
+    rounds = iter(batches)
+
+    @tool
+    def step() -> str:
+        """One step."""
+        for text in next(rounds):
+            box[0].steer("run-prop", text)
+        return "ok"
+
+    script = [replies.tool_use("step", {}) for _ in batches] + [replies.text("Done.")]
+    model = ScriptedModel(script)
+    agent = Agent(model, tools=[step], checkpointer=False, stall=None)
+    box.append(agent)
+    result = agent.run("Go.", run_id="run-prop")
+    assert result.end_state == "completed", result.reason
+    sent = [t for batch in batches for t in batch]
+    got = [
+        b["text"]
+        for m in result.messages
+        if m["role"] == "user" and isinstance(m["content"], list)
+        for b in m["content"]
+        if b.get("type") == "text"
+    ]
+    assert got == sent
+    steered = sum(1 for t in result.trail if t.via == ("steering_waiting",))
+    assert steered == sum(1 for batch in batches if batch)
+
+
+@pytest.mark.parametrize("steered", [False, True])
+def test_a_steered_message_is_new_information_for_the_stall_detector(steered: bool) -> None:
+    """The same call three times is a stall; with a steer delivered between them it is
+    the model following new directions, and the detector starts over."""
+    box: list[Agent] = []
+
+    @tool
+    def check() -> str:
+        """Check the queue."""
+        if steered:
+            box[0].steer("run-stall", "check it again, it changes")
+        return "same"
+
+    script = [replies.tool_use("check", {}) for _ in range(3)] + [replies.text("Done.")]
+    agent = Agent(ScriptedModel(script), tools=[check], checkpointer=False)
+    box.append(agent)
+    result = agent.run("Watch the queue.", run_id="run-stall")
+    went = [t.dest for t in result.trail]
+    assert ("intervene" in went) is not steered
