@@ -1,0 +1,463 @@
+"""A witness for every row an agent can reach: the shortest scripted scenario that fires it.
+
+`witnesses(agent)` gives one `Witness` per reachable row (`reachable_rows`): the raw
+replies of every model the run calls, in the order it calls them, the host's part
+(a cancel when the run enters a state, a resume with approvals) and the verifier's
+verdicts. The agent's tools are stubbed by name (each answers "ok"; a tool whose
+failure ends the run fails), so no real effect runs. `Witness.run()` plays it
+through `ScriptedModel`, `Witness.run(server=...)` through the real `anthropic` SDK
+against a `FakeAnthropicServer`; both return the `RunResult` and raise
+`AssertionError` unless the row fired.
+
+Recipes are written per row, like XState's shortest paths: a row the table gains
+without a recipe is listed by `unwitnessed(agent)`, which the tests require empty.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from statemachine_agent.machine import observers
+from statemachine_agent.machine.cancel import CancelToken
+from statemachine_agent.machine.reach import Setup
+from statemachine_agent.machine.result import RunResult
+from statemachine_agent.machine.run import TransitionRecord
+from statemachine_agent.machine.table import Row
+from statemachine_agent.models.base import ModelError, ModelReply, ModelRequest
+from statemachine_agent.models.scripted import ScriptedModel
+from statemachine_agent.persistence.base import MemoryCheckpointer
+from statemachine_agent.testing import replies
+from statemachine_agent.testing.reachability import reachable_rows, setup_of
+from statemachine_agent.testing.server import FakeAnthropicServer, FakeError
+from statemachine_agent.tools.base import Tool
+
+if TYPE_CHECKING:
+    from statemachine_agent.agent.core import Agent
+
+RowKey = tuple[str, str, str, tuple[str, ...]]
+JSON = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Fault:
+    """The API answers with an error instead of a reply (a 401, a "prompt is too long" 400)."""
+
+    status: int
+    message: str
+
+    def as_exception(self) -> ModelError:
+        too_long = self.status == 400 and "too long" in self.message
+        return ModelError(
+            self.message,
+            status=self.status,
+            context_exceeded=too_long,
+            error_type="invalid_request_error" if too_long else "authentication_error",
+        )
+
+
+Answer = JSON | Fault
+"""One answer of the model: a Messages API response body, or a fault."""
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """What a witness plays: the replies in order, and the host's part."""
+
+    replies: tuple[Answer, ...] = ()
+    """Answers of the loop's model, in call order (a salvage call's included)."""
+    after_resume: tuple[Answer, ...] = ()
+    """Answers after the run is resumed (cancelled or paused runs)."""
+    cancel_on_entering: str | None = None
+    """Cancel the run as it enters this state (`"start"`: before it begins)."""
+    cancel_after_reply: int | None = None
+    """Cancel as the loop's n-th reply (1-based) comes back: the reply is kept."""
+    resume: int = 0
+    """Times to resume the run once it stopped (approving every pending call)."""
+    verdicts: tuple[bool, ...] = ()
+    """The verifier's verdicts, in order (rejections give feedback "not yet")."""
+    changes: Mapping[str, Any] = field(default_factory=dict)
+    """Settings the witness needs changed (a budget of one iteration)."""
+
+
+@dataclass(frozen=True)
+class Witness:
+    """A scenario that fires `row` under an agent's configuration."""
+
+    row: Row
+    agent: Agent[Any] = field(repr=False)
+    scenario: Scenario
+
+    @property
+    def name(self) -> str:
+        """A test name for the row: source, trigger, guards, destination."""
+        parts = [self.row.source, self.row.trigger, *self.row.guards, self.row.dest]
+        return "_".join(parts)
+
+    def run(self, *, server: FakeAnthropicServer | None = None) -> RunResult:
+        """Play the scenario (through the real SDK when given `server`); the row fires."""
+        return asyncio.run(self.arun(server=server))
+
+    async def arun(self, *, server: FakeAnthropicServer | None = None) -> RunResult:
+        seen: set[RowKey] = set()
+        run_ids: set[str] = set()
+
+        def note(run_id: str, row: Row, record: TransitionRecord) -> None:
+            if run_id in run_ids:
+                seen.add(row.key)
+                if row.dest == self.scenario.cancel_on_entering and not cancelled:
+                    cancelled.append(row)  # once: the resumed run goes on
+                    tokens[-1].cancel()
+
+        token = CancelToken()
+        tokens = [token]  # a resumed run gets a fresh token: the host cancels the latest
+        cancelled: list[Row] = []
+        run_id = replies.new_id("witness")
+        run_ids.add(run_id)
+        agent = _stubbed(self.agent, self.scenario, token, server)
+        if self.scenario.cancel_on_entering == "start":
+            token.cancel()
+        with observers.watch_transitions(note):
+            result = await agent.arun("Witness the row.", run_id=run_id, cancel=token)
+            for _ in range(self.scenario.resume):
+                if result.end_state not in ("cancelled", "awaiting_approval"):
+                    break
+                from statemachine_agent.policy.approval import Approve
+
+                pending = (result.details or {}).get("pending") or []
+                decisions = {p["tool_use_id"]: Approve() for p in pending}
+                tokens.append(CancelToken())
+                result = await agent.aresume(run_id, decisions=decisions or None, cancel=tokens[-1])
+        if self.row.key not in seen:
+            fired = ", ".join(f"{k[0]}->{k[2]}{list(k[3])}" for k in sorted(seen))
+            raise AssertionError(
+                f"witness {self.name} did not fire its row; it fired {fired}; "
+                f"ended {result.end_state}: {result.reason}"
+            )
+        return result
+
+
+def witnesses(agent: Agent[Any]) -> list[Witness]:
+    """One witness per reachable row of `agent` that has a recipe (see `unwitnessed`)."""
+    setup = setup_of(agent)
+    found = []
+    for row in reachable_rows(agent).reachable:
+        recipe = RECIPES.get(row.key)
+        if recipe is not None:
+            found.append(Witness(row, agent, recipe(_Kit(agent, setup))))
+    return found
+
+
+def unwitnessed(agent: Agent[Any]) -> list[Row]:
+    """Reachable rows of `agent` no recipe witnesses yet (a new row needs one here)."""
+    return [row for row in reachable_rows(agent).reachable if row.key not in RECIPES]
+
+
+# -- the kit recipes are written with ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Kit:
+    agent: Agent[Any]
+    setup: Setup
+
+    @property
+    def plain_tool(self) -> Tool | None:
+        """A tool whose call goes straight through (no approval, no end, no failure)."""
+        for tool in self.agent.tools:
+            special = tool.requires_approval or tool.ends_run or tool.on_error == "fail"
+            if not special and _delegate(tool) is None:
+                return tool
+        return None
+
+    def call(self, tool: Tool | None = None) -> JSON:
+        """A reply calling `tool` (a plain one by default) with a valid input."""
+        chosen = tool or self.plain_tool or next(iter(self.agent.tools))
+        return replies.tool_use(
+            chosen.name, _sample(chosen.input_schema), id=replies.new_id("toolu")
+        )
+
+    def step(self) -> JSON:
+        """A reply that keeps the loop going: a plain tool call, or a paused turn."""
+        if self.plain_tool is not None:
+            return self.call()
+        return replies.reply(replies.text_block("Working."), stop_reason="pause_turn")
+
+    def tool(self, predicate: Callable[[Tool], bool]) -> Tool:
+        return next(t for t in self.agent.tools if predicate(t))
+
+
+def _text(words: str = "Done.") -> JSON:
+    return replies.text(words)
+
+
+def _usage(output: int, input: int = 20) -> dict[str, int]:
+    return {"input_tokens": input, "output_tokens": output}
+
+
+def _end(kit: _Kit) -> tuple[Answer, ...]:
+    """The answers that end a run cleanly from a fresh request."""
+    return (_text(),)
+
+
+Recipe = Callable[[_Kit], Scenario]
+
+
+def _stall(kit: _Kit, *, persists: bool) -> Scenario:
+    """The same call, repeated until the detector sees it (and, to persist, past every
+    intervention), then an answer (a salvage summary, where the policy asks for one)."""
+    policy = kit.setup.settings.stall
+    assert policy is not None  # the rows are unreachable without one
+    same = _sample(kit.plain_tool.input_schema) if kit.plain_tool else {}
+    name = kit.plain_tool.name if kit.plain_tool else ""
+    calls = policy.threshold + (policy.max_interventions if persists else 0)
+    ending = (_text("Repeating myself."),) if not persists or policy.salvage else ()
+    return Scenario(
+        (
+            *(replies.tool_use(name, same, id=replies.new_id("toolu")) for _ in range(calls)),
+            *ending,
+        )
+    )
+
+
+def _intervened(kit: _Kit, **host: Any) -> Scenario:
+    stalled = _stall(kit, persists=False)
+    return Scenario(stalled.replies[:-1], **host)
+
+
+def _through(kit: _Kit, *, host: int = 0, cancel: str | None = None) -> Scenario:
+    """A tool call that goes through to `observe`: a plain one, or an approved one (the
+    run pauses, and is resumed approving it). `host` more resumes follow a cancel."""
+    if kit.plain_tool is not None:
+        return Scenario((kit.call(), _text()), cancel_on_entering=cancel, resume=host)
+    return Scenario(
+        (kit.call(kit.tool(_pauses)), _text()), cancel_on_entering=cancel, resume=1 + host
+    )
+
+
+def _acted(kit: _Kit) -> Scenario:
+    """The model calls a tool (the run may pause on it, which ends the witness)."""
+    if kit.plain_tool is not None:
+        return Scenario((kit.call(), _text()))
+    return Scenario((kit.call(kit.tool(_pauses)),))
+
+
+_TOO_LONG = Fault(400, "prompt is too long: 250000 tokens > 200000 maximum")
+
+RECIPES: Mapping[RowKey, Recipe] = {
+    ("perceive", "prepared", "cancelled", ("cancel_requested",)): lambda k: Scenario(
+        cancel_on_entering="start"
+    ),
+    ("perceive", "prepared", "budget_exhausted", ("budget_exceeded",)): lambda k: Scenario(
+        (k.step(), *((_text("Found nothing yet."),) if k.agent.budget.salvage else ())),
+        changes={"budget": dataclasses.replace(k.agent.budget, max_iterations=1)},
+    ),
+    ("perceive", "prepared", "reason", ()): lambda k: Scenario(_end(k)),
+    ("reason", "replied", "cancelled", ("cancel_requested",)): lambda k: Scenario(
+        _end(k), cancel_after_reply=1
+    ),
+    ("reason", "replied", "act", ("is_tool_use",)): _acted,
+    ("reason", "replied", "failed", ("is_empty_reply",)): lambda k: Scenario(
+        (replies.reply(stop_reason="end_turn"),)
+    ),
+    ("reason", "replied", "completed", ("is_end_turn",)): lambda k: Scenario(_end(k)),
+    ("reason", "replied", "truncated", ("is_max_tokens", "output_below_limit")): lambda k: Scenario(
+        (replies.text("Cut", stop_reason="max_tokens", usage=_usage(10)),)
+    ),
+    ("reason", "replied", "truncated", ("is_max_tokens",)): lambda k: Scenario(
+        (replies.text("Cut", stop_reason="max_tokens", usage=_usage(k.agent.max_tokens)),)
+    ),
+    ("reason", "replied", "refused", ("is_refusal",)): lambda k: Scenario(
+        (replies.reply(stop_reason="refusal"),)
+    ),
+    ("reason", "replied", "perceive", ("is_pause_turn",)): lambda k: Scenario(
+        (replies.reply(replies.text_block("Working."), stop_reason="pause_turn"), _text())
+    ),
+    ("reason", "replied", "perceive", ("is_compaction",)): lambda k: Scenario(
+        (
+            replies.reply({"type": "compaction", "content": "Summary."}, stop_reason="compaction"),
+            _text(),
+        )
+    ),
+    ("reason", "replied", "compact", ("is_context_exceeded", "can_compact")): lambda k: Scenario(
+        (replies.text("Cut", stop_reason="model_context_window_exceeded"), _text())
+    ),
+    ("reason", "replied", "context_overflow", ("is_context_exceeded",)): lambda k: Scenario(
+        tuple(replies.text("Cut", stop_reason="model_context_window_exceeded") for _ in range(2))
+        if k.setup.settings.context.retry_on_overflow
+        else (replies.text("Cut", stop_reason="model_context_window_exceeded"),)
+    ),
+    ("reason", "replied", "failed", ()): lambda k: Scenario(
+        (replies.reply(replies.text_block("No tools here."), stop_reason="tool_use"),)
+    ),
+    ("reason", "model_failed", "cancelled", ("cancel_requested",)): lambda k: Scenario(
+        cancel_on_entering="reason"
+    ),
+    ("reason", "model_failed", "compact", ("is_context_error", "can_compact")): lambda k: Scenario(
+        (_TOO_LONG, _text())
+    ),
+    ("reason", "model_failed", "context_overflow", ("is_context_error",)): lambda k: Scenario(
+        (_TOO_LONG, _TOO_LONG) if k.setup.settings.context.retry_on_overflow else (_TOO_LONG,)
+    ),
+    ("reason", "model_failed", "failed", ()): lambda k: Scenario(
+        (Fault(401, "invalid x-api-key"),)
+    ),
+    ("act", "tools_done", "cancelled", ("cancel_requested",)): lambda k: Scenario(
+        _acted(k).replies[:1], cancel_on_entering="act"
+    ),
+    ("act", "tools_done", "failed", ("tool_failed_fatally",)): lambda k: Scenario(
+        (k.call(k.tool(lambda t: t.on_error == "fail")),)
+    ),
+    ("act", "tools_done", "awaiting_approval", ("approval_pending",)): lambda k: Scenario(
+        (k.call(k.tool(_pauses)),)
+    ),
+    ("act", "tools_done", "observe", ()): _through,
+    ("observe", "observed", "cancelled", ("cancel_requested",)): lambda k: dataclasses.replace(
+        _through(k, cancel="observe"), replies=_through(k).replies[:1]
+    ),
+    ("observe", "observed", "perceive", ()): _through,
+    ("observe", "observed", "stalled", ("stall_persists",)): lambda k: _stall(k, persists=True),
+    ("observe", "observed", "intervene", ("stall_detected",)): lambda k: _stall(k, persists=False),
+    ("intervene", "intervened", "perceive", ()): lambda k: _stall(k, persists=False),
+    ("intervene", "intervened", "cancelled", ("cancel_requested",)): lambda k: _intervened(
+        k, cancel_on_entering="intervene"
+    ),
+    ("cancelled", "resumed", "intervene", ("cancelled_in_intervene",)): lambda k: Scenario(
+        _stall(k, persists=False).replies[:-1],
+        after_resume=(_text(),),
+        cancel_on_entering="intervene",
+        resume=1,
+    ),
+    ("compact", "compacted", "cancelled", ("cancel_requested",)): lambda k: Scenario(
+        (_TOO_LONG,), cancel_on_entering="compact"
+    ),
+    ("compact", "compacted", "perceive", ()): lambda k: Scenario((_TOO_LONG, _text())),
+    ("awaiting_approval", "resumed", "act", ()): lambda k: Scenario(
+        (k.call(k.tool(_pauses)),), after_resume=(_text(),), resume=1
+    ),
+    ("cancelled", "resumed", "perceive", ("cancelled_before_reply",)): lambda k: Scenario(
+        after_resume=_end(k), cancel_on_entering="start", resume=1
+    ),
+    ("cancelled", "resumed", "reason", ("cancelled_after_reply",)): lambda k: Scenario(
+        _end(k), cancel_after_reply=1, resume=1
+    ),
+    ("cancelled", "resumed", "act", ("cancelled_in_act",)): lambda k: Scenario(
+        _acted(k).replies[:1],
+        after_resume=(_text(),) if k.plain_tool else (),
+        cancel_on_entering="act",
+        resume=1,
+    ),
+    ("cancelled", "resumed", "observe", ("cancelled_in_observe",)): lambda k: _through(
+        k, host=1, cancel="observe"
+    ),
+    ("cancelled", "resumed", "compact", ("cancelled_in_compact",)): lambda k: Scenario(
+        (_TOO_LONG,), after_resume=(_text(),), cancel_on_entering="compact", resume=1
+    ),
+}
+"""The shortest scenario for each row, given what the agent offers."""
+
+
+def _pauses(tool: Tool) -> bool:
+    from statemachine_agent.agent.subagents import may_pause
+
+    return may_pause(tool)
+
+
+def _delegate(tool: Tool) -> object | None:
+    from statemachine_agent.agent.subagents import delegate_of
+
+    return delegate_of(tool)
+
+
+# -- playing a scenario ------------------------------------------------------------------
+
+
+def _sample(schema: Mapping[str, Any]) -> JSON:
+    """A small input that fits `schema`: each required property with a plain value."""
+    props = schema.get("properties") or {}
+    return {name: _value(props.get(name) or {}) for name in schema.get("required") or ()}
+
+
+def _value(schema: Mapping[str, Any]) -> Any:
+    if "enum" in schema:
+        return schema["enum"][0]
+    kind = schema.get("type")
+    kind = kind[0] if isinstance(kind, list) else kind
+    return {
+        "string": "x",
+        "integer": 1,
+        "number": 1,
+        "boolean": True,
+        "array": [],
+        "object": _sample(schema),
+        "null": None,
+    }.get(str(kind), "x")
+
+
+def _stub(tool: Tool) -> Tool:
+    """The tool by name, its effect replaced: "ok", or a failure where it ends the run."""
+    if tool.ends_run or _delegate(tool) is not None:
+        return tool
+
+    def handler(**_: Any) -> str:
+        if tool.on_error == "fail":
+            raise RuntimeError(f"{tool.name} failed (witness)")
+        return "ok"
+
+    return dataclasses.replace(tool, handler=handler, retries=0)
+
+
+class _Loop:
+    """The loop's model: the scenario's answers in order, the host's cancel among them."""
+
+    def __init__(self, inner: Any, token: CancelToken, cancel_after: int | None) -> None:
+        self.name = inner.name
+        self._inner = inner
+        self._token = token
+        self._cancel_after = cancel_after
+        self._calls = 0
+
+    def complete(self, request: ModelRequest) -> ModelReply:
+        return self._after(self._inner.complete(request))
+
+    async def acomplete(self, request: ModelRequest) -> ModelReply:
+        return self._after(await self._inner.acomplete(request))
+
+    def _after(self, reply: ModelReply) -> ModelReply:
+        self._calls += 1
+        if self._calls == self._cancel_after:
+            self._token.cancel()
+        return reply
+
+
+def _stubbed(
+    agent: Agent[Any], scenario: Scenario, token: CancelToken, server: FakeAnthropicServer | None
+) -> Agent[Any]:
+    answers: Sequence[Answer] = (*scenario.replies, *scenario.after_resume)
+    if server is not None:
+        server.add(*(_served(a) for a in answers))
+        inner: Any = server.model(agent.model.name, max_retries=0)
+    else:
+        inner = ScriptedModel([_scripted(a) for a in answers], name=agent.model.name)
+    changes: dict[str, Any] = {
+        "model": _Loop(inner, token, scenario.cancel_after_reply),
+        "tools": [_stub(t) for t in agent.tools],
+        "fallback_models": (),
+        **scenario.changes,
+    }
+    changes["checkpointer"] = MemoryCheckpointer()  # a resume needs one; each play its own
+    return agent.replace(**changes)
+
+
+def _served(answer: Answer) -> JSON | FakeError:
+    if isinstance(answer, Fault):
+        kind = "invalid_request_error" if answer.status == 400 else None
+        return FakeError(answer.status, answer.message, error_type=kind)
+    return answer
+
+
+def _scripted(answer: Answer) -> JSON | BaseException:
+    return answer.as_exception() if isinstance(answer, Fault) else answer
