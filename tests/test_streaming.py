@@ -28,6 +28,7 @@ from statemachine_agent import (
     Conversation,
     MemoryCheckpointer,
     MemorySink,
+    ScriptedModel,
     calculate,
     load_record,
     tool,
@@ -610,3 +611,35 @@ class TestSalvageIsToldApart:
         )  # fmt: skip
         closing = result.messages[-1]["content"][0]
         assert (closing["tool_use_id"], closing["content"]) == ("toolu_cut", answered.content)
+
+
+class TestScriptedStreamsLikeTheSdk:
+    def test_the_same_script_yields_the_same_kinds_of_events(
+        self, server: FakeAnthropicServer
+    ) -> None:
+        """A scripted run streamed through `agent.stream` hands out the same kinds of
+        events, in the same order, as the same replies through the real SDK (pieces of
+        one text may be split differently, so consecutive repeats count once)."""
+
+        def script() -> list[dict[str, Any]]:
+            return [
+                replies.tool_use("calculate", {"expression": "6*7"}, text="Let me work.",
+                                 id="toolu_same"),
+                replies.reply(replies.thinking_block("Sure."), replies.text_block("It is 42."),
+                              stop_reason="end_turn"),
+            ]  # fmt: skip
+
+        def kinds(agent: Agent) -> list[tuple[str, str]]:
+            seen: list[tuple[str, str]] = []
+            for event in agent.stream("6*7?"):
+                kind = (event.type, getattr(event, "purpose", ""))
+                if not seen or seen[-1] != kind:
+                    seen.append(kind)
+            return seen
+
+        server.add(*script())
+        through_sdk = kinds(Agent(model_for(server), tools=[calculate]))
+        scripted = kinds(Agent(ScriptedModel(script()), tools=[calculate]))
+        assert scripted == through_sdk
+        assert ("text_delta", "loop") in scripted
+        assert ("tool_input_complete", "loop") in scripted

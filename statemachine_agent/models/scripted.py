@@ -3,7 +3,10 @@
 Each script entry is exactly the JSON the Messages API returns (or an exception
 to raise, or a function of the request), so a scripted run exercises the same
 engine paths as a live one. By default every request is checked by the strict
-request validator first and rejected like the real API would reject it.
+request validator first and rejected like the real API would reject it. When a
+run is streamed, the reply is handed out in the pieces a streaming adapter hands
+out (text, thinking, a tool call started, its input complete), so a scripted
+stream yields the same kinds of events as the same script through the real SDK.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from typing import Any
 
 from statemachine_agent._args import described
 from statemachine_agent.models.base import DEFAULT_MODEL, ModelError, ModelReply, ModelRequest
+from statemachine_agent.models.streaming import ReplyDelta, begin_reply, deliver, listener
 
 ScriptEntry = Mapping[str, Any] | BaseException | Callable[[ModelRequest], Any]
 
@@ -61,7 +65,10 @@ class ScriptedModel:
         return ModelReply.from_api(entry, request_id=f"req_scripted_{self._next}")
 
     async def acomplete(self, request: ModelRequest) -> ModelReply:
-        return self.complete(request)
+        reply = self.complete(request)
+        if listener() is not None:
+            _hand_out(reply)
+        return reply
 
     @staticmethod
     def _check(request: ModelRequest) -> None:
@@ -74,6 +81,22 @@ class ScriptedModel:
                 status=400,
                 error_type="invalid_request_error",
             )
+
+
+def _hand_out(reply: ModelReply) -> None:
+    """Deliver the reply's blocks as a streaming adapter delivers them, block by block."""
+    begin_reply()
+    for index, block in enumerate(reply.content):
+        kind = block.get("type")
+        if kind == "text":
+            deliver(ReplyDelta("text", index, text=str(block.get("text", ""))))
+        elif kind == "thinking":
+            deliver(ReplyDelta("thinking", index, text=str(block.get("thinking", ""))))
+        elif kind == "tool_use":
+            call_id, name = str(block.get("id", "")), str(block.get("name", ""))
+            deliver(ReplyDelta("tool_use_started", index, tool_use_id=call_id, name=name))
+            deliver(ReplyDelta("tool_use_complete", index, tool_use_id=call_id, name=name,
+                               input=block.get("input")))  # fmt: skip
 
 
 _RESPONSE_KEYS = ("type", "role", "content", "stop_reason")
