@@ -51,6 +51,7 @@ PREVIOUS_BASES: dict[str, type[BaseException]] = {
     "ConversationConflictError": RuntimeError,
     "ConversationEndedError": RuntimeError,
     "DecisionTypeError": TypeError,
+    "EvalError": ValueError,
     "ForkPointError": ValueError,
     "GoldenFileError": ValueError,
     "GraphvizError": RuntimeError,
