@@ -26,6 +26,7 @@ from statemachine_agent.testing.golden import (
     trail_snapshot,
     updating_golden,
 )
+from statemachine_agent.testing.reachability import Reachability, reachable_rows
 from statemachine_agent.testing.replies import (
     DEFAULT_USAGE,
     IdSequence,
@@ -55,6 +56,7 @@ from statemachine_agent.testing.validator import (
     known_request_params,
     validate_request,
 )
+from statemachine_agent.testing.witnesses import Witness, unwitnessed, witnesses
 
 __all__ = [
     "DEFAULT_USAGE",
@@ -66,8 +68,10 @@ __all__ = [
     "IdSequence",
     "InvalidRequestError",
     "PausedStream",
+    "Reachability",
     "ScriptItem",
     "TransitionCoverage",
+    "Witness",
     "assert_end_state",
     "assert_fired",
     "assert_not_fired",
@@ -82,6 +86,7 @@ __all__ = [
     "known_request_params",
     "new_id",
     "path",
+    "reachable_rows",
     "replies",
     "reply",
     "text",
@@ -91,6 +96,8 @@ __all__ = [
     "tool_use_block",
     "tool_uses",
     "trail_snapshot",
+    "unwitnessed",
     "updating_golden",
     "validate_request",
+    "witnesses",
 ]

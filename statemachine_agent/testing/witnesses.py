@@ -28,11 +28,11 @@ from statemachine_agent.machine.result import RunResult
 from statemachine_agent.machine.run import TransitionRecord
 from statemachine_agent.machine.table import Row
 from statemachine_agent.models.base import ModelError, ModelReply, ModelRequest
-from statemachine_agent.models.scripted import ScriptedModel
 from statemachine_agent.persistence.base import MemoryCheckpointer
 from statemachine_agent.testing import replies
 from statemachine_agent.testing.reachability import reachable_rows, setup_of
 from statemachine_agent.testing.server import FakeAnthropicServer, FakeError
+from statemachine_agent.testing.validator import validate_request
 from statemachine_agent.tools.base import Tool
 
 if TYPE_CHECKING:
@@ -433,6 +433,29 @@ class _Loop:
         return reply
 
 
+class _Scripted:
+    """The answers in order, each request checked by the strict validator first (what
+    `ScriptedModel` does; it imports `testing`, so this module cannot import it)."""
+
+    def __init__(self, answers: Sequence[Answer], name: str) -> None:
+        self.name = name
+        self._answers = list(answers)
+
+    def complete(self, request: ModelRequest) -> ModelReply:
+        problems = validate_request(request.to_api())
+        if problems:
+            raise AssertionError("invalid request: " + "; ".join(problems))
+        if not self._answers:
+            raise ModelError("the witness has no reply left", error_type="ScriptExhausted")
+        answer = self._answers.pop(0)
+        if isinstance(answer, Fault):
+            raise answer.as_exception()
+        return ModelReply.from_api(answer)
+
+    async def acomplete(self, request: ModelRequest) -> ModelReply:
+        return self.complete(request)
+
+
 def _stubbed(
     agent: Agent[Any], scenario: Scenario, token: CancelToken, server: FakeAnthropicServer | None
 ) -> Agent[Any]:
@@ -441,7 +464,7 @@ def _stubbed(
         server.add(*(_served(a) for a in answers))
         inner: Any = server.model(agent.model.name, max_retries=0)
     else:
-        inner = ScriptedModel([_scripted(a) for a in answers], name=agent.model.name)
+        inner = _Scripted(answers, agent.model.name)
     changes: dict[str, Any] = {
         "model": _Loop(inner, token, scenario.cancel_after_reply),
         "tools": [_stub(t) for t in agent.tools],
@@ -457,7 +480,3 @@ def _served(answer: Answer) -> JSON | FakeError:
         kind = "invalid_request_error" if answer.status == 400 else None
         return FakeError(answer.status, answer.message, error_type=kind)
     return answer
-
-
-def _scripted(answer: Answer) -> JSON | BaseException:
-    return answer.as_exception() if isinstance(answer, Fault) else answer
