@@ -142,3 +142,34 @@ class TestMcpHeaders:
         agent = Agent(ScriptedModel([replies.text("ok")]), tools=[toolset])
         assert agent.redact(f"sent {token}") == "sent [REDACTED]"
         assert agent.redact("Bearer tokens are used") == "Bearer tokens are used"
+
+
+class TestNestedSecretValues:
+    @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(
+        key=secret_keys,
+        inner=st.recursive(
+            secret_values | st.integers(),
+            lambda kids: (
+                st.lists(kids, min_size=1, max_size=3)
+                | st.dictionaries(plain_keys, kids, min_size=1, max_size=3)
+            ),
+            max_leaves=6,
+        ).filter(lambda v: isinstance(v, list | dict)),
+    )
+    def test_an_object_or_array_under_a_secret_name_is_masked_whole(
+        self, key: str, inner: Any
+    ) -> None:
+        """`{"token": {"value": "..."}}`: the secret is the whole value, though no key
+        inside it is secret-named; the text the model reads is what the tool returned."""
+        value = {"user": "bob", key: inner, "items": ["x", {"note": '["]{'}]}
+        events, seen = run_returning(value)
+        (finished,) = [e for e in events if e["event"] == "tool.finished"]
+        masked = json.loads(finished["content"])
+        assert masked == {**value, key: "[REDACTED]"}
+        assert json.loads(seen) == value
+
+    def test_a_cut_off_result_is_masked_to_its_end(self) -> None:
+        redactor = Redactor()
+        text = '{"user": "bob", "token": {"key": "S3CRET", "more": ['
+        assert redactor.redact(text) == '{"user": "bob", "token": "[REDACTED]"'

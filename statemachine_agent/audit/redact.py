@@ -66,6 +66,10 @@ _MEMBER = re.compile(
 """A JSON member with a scalar value, as a structured tool result rendered to text (the
 content the model reads) holds it: `"password": "hunter2"`."""
 
+_OPENING = re.compile(r'"((?:[^"\\]|\\.){1,64})"(\s*:\s*)(?=[\[{])')
+"""A JSON member whose value is an object or an array: `"credentials": {...}`. Its value
+is found by bracket matching (`_closing`), which a regular expression cannot do."""
+
 _PLAIN = (bool, int, float, type(None))
 
 _NAMES_KEPT = 4096
@@ -152,7 +156,26 @@ class Redactor:
             text = SECRET_PATTERN.sub(REDACTED, text)
         if '":' in text or '" :' in text:
             text = _MEMBER.sub(self._mask_member, text)
+            if "{" in text or "[" in text:
+                text = self._mask_nested_members(text)
         return text
+
+    def _mask_nested_members(self, text: str) -> str:
+        """Secret-named members whose value is an object or array, masked whole: a token
+        held as `{"token": {"value": "..."}}` is a secret though its inner keys are not."""
+        parts: list[str] = []
+        start = 0
+        for match in _OPENING.finditer(text):
+            if match.start() < start or _key_form(match.group(1)) not in self._keys:
+                continue
+            end = _closing(text, match.end())
+            if end is None:  # cut off (a truncated result): mask to the end
+                end = len(text)
+            parts += [text[start : match.end()], f'"{REDACTED}"']
+            start = end
+        if not parts:
+            return text
+        return "".join([*parts, text[start:]])
 
     def _mask_member(self, match: re.Match[str]) -> str:
         """A secret-named member of JSON text with its value masked (a tool's structured
@@ -161,6 +184,31 @@ class Redactor:
         if _key_form(match.group(1)) not in self._keys:
             return match.group(0)
         return f'"{match.group(1)}"{match.group(2)}"{REDACTED}"'
+
+
+def _closing(text: str, at: int) -> int | None:
+    """The index just past the JSON object or array opening at `at` (strings skipped,
+    brackets counted), or None when the text ends first."""
+    depth = 0
+    in_string = False
+    i = at
+    while i < len(text):
+        char = text[i]
+        if in_string:
+            if char == "\\":
+                i += 1
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+        elif char in "]}":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        i += 1
+    return None
 
 
 def _key_form(key: str) -> str:
