@@ -268,7 +268,6 @@ def reflection_due(run: RunRecord) -> bool:
 
 
 @requires(reach.always)
-@requires(reach.always)
 def steering_waiting(run: RunRecord) -> bool:
     """Steered messages wait to be added to the history, and it may take them now:
     never while a tool_use of the last reply is still unanswered."""
@@ -284,6 +283,7 @@ def steering_waiting(run: RunRecord) -> bool:
     )
 
 
+@requires(reach.always)
 def cancelled_before_reply(run: RunRecord) -> bool:
     """The run was cancelled before a model reply was in hand (in perceive, or with the
     model call abandoned), so resuming makes the call again."""

@@ -75,6 +75,9 @@ class Scenario:
     """Cancel the run as it enters this state (`"start"`: before it begins)."""
     cancel_after_reply: int | None = None
     """Cancel as the loop's n-th reply (1-based) comes back: the reply is kept."""
+    steer_on_entering: str | None = None
+    """Steer the run (`Agent.steer`) as it first enters this state: its next `perceive`
+    delivers the message."""
     resume: int = 0
     """Times to resume the run once it stopped (approving every pending call)."""
     verdicts: tuple[bool, ...] = ()
@@ -111,10 +114,13 @@ class Witness:
                 if row.dest == self.scenario.cancel_on_entering and not cancelled:
                     cancelled.append(row)  # once: the resumed run goes on
                     tokens[-1].cancel()
+                if row.dest == self.scenario.steer_on_entering and not steered:
+                    steered.append(agent.steer(run_id, "Also say which step you are on."))
 
         token = CancelToken()
         tokens = [token]  # a resumed run gets a fresh token: the host cancels the latest
         cancelled: list[Row] = []
+        steered: list[int] = []
         run_id = replies.new_id("witness")
         run_ids.add(run_id)
         agent = _stubbed(self.agent, self.scenario, token, server)
@@ -256,6 +262,9 @@ RECIPES: Mapping[RowKey, Recipe] = {
         changes={"budget": dataclasses.replace(k.agent.budget, max_iterations=1)},
     ),
     ("perceive", "prepared", "reason", ()): lambda k: Scenario(_end(k)),
+    ("perceive", "prepared", "perceive", ("steering_waiting",)): lambda k: Scenario(
+        (k.step(), _text()), steer_on_entering="reason"
+    ),
     ("reason", "replied", "cancelled", ("cancel_requested",)): lambda k: Scenario(
         _end(k), cancel_after_reply=1
     ),
