@@ -269,6 +269,7 @@ def _recorded_children(events: Sequence[Mapping[str, Any]]) -> dict[str, SubRun]
             cost_usd=float(event.get("cost_usd") or 0.0),
             pending=mine,
             salvaged=bool(event.get("salvaged", False)),
+            tainted=bool(event.get("taints_parent", False)),  # as the parent recorded it
         )
     return children
 

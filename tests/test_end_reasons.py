@@ -89,6 +89,10 @@ EXPECTED: dict[tuple[str, str, str, tuple[str, ...]], tuple[str, ...]] = {
     ("act", "tools_done", "failed", ("answer_retries_exhausted",)): (
         "failed: the final answer was rejected 4 times",
     ),
+    ("act", "tools_done", "awaiting_approval", ("taint_approval_pending",)): (
+        "waiting for approval of",
+        "after untrusted text from fetch_page (call toolu_0) entered the run",
+    ),
     ("act", "tools_done", "awaiting_approval", ("approval_pending",)): ("waiting for approval",),
     ("observe", "observed", "finished", ("finish_called",)): (
         "the model called finish with status 'completed'",

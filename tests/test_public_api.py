@@ -107,6 +107,8 @@ EXPORTED = [
     "ScriptedModel",
     "SerializationError",
     "StallPolicy",
+    "TaintPolicy",
+    "TaintSource",
     "Tool",
     "ToolCall",
     "ToolError",

@@ -128,6 +128,13 @@ def _awaiting(run: RunRecord) -> None:
     run.approval.awaiting = ["toolu_1"]
 
 
+def _taint_awaiting(run: RunRecord) -> None:
+    """A side-effect call the run's TaintPolicy sent for approval, after untrusted text."""
+    run.taint.sources = [{"tool": "fetch_page", "tool_use_id": "toolu_0", "excerpt": "x"}]
+    run.taint.gated = ["toolu_1"]
+    run.approval.awaiting = ["toolu_1"]
+
+
 def _fatal(run: RunRecord) -> None:
     run.fatal_tool = "deploy"
 
@@ -220,6 +227,7 @@ ARRANGEMENTS: dict[tuple[str, str, str, tuple[str, ...]], Arrange] = {
     ("act", "tools_done", "cancelled", ("cancel_requested",)): _cancel,
     ("act", "tools_done", "failed", ("tool_failed_fatally",)): _fatal,
     ("act", "tools_done", "failed", ("answer_retries_exhausted",)): _answers_rejected,
+    ("act", "tools_done", "awaiting_approval", ("taint_approval_pending",)): _taint_awaiting,
     ("act", "tools_done", "awaiting_approval", ("approval_pending",)): _awaiting,
     ("act", "tools_done", "observe", ()): _nothing,
     ("observe", "observed", "cancelled", ("cancel_requested",)): _cancel,

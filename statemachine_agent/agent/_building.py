@@ -17,6 +17,7 @@ from statemachine_agent.policy.budget import Budget
 from statemachine_agent.policy.context import ContextPolicy
 from statemachine_agent.policy.reflection import ReflectionPolicy
 from statemachine_agent.policy.stall import StallPolicy
+from statemachine_agent.policy.taint import TaintPolicy
 from statemachine_agent.policy.verify import VerifyPolicy
 from statemachine_agent.tools.base import Tool
 from statemachine_agent.tools.decorator import tool as make_tool
@@ -67,6 +68,7 @@ def check_arguments(args: Mapping[str, Any]) -> None:
         check_type(param, args[param], kind, f"a {kind.__name__} or None", optional=True)
     for param in ("request_options", "prices"):
         check_type(param, args[param], Mapping, "a mapping or None", optional=True)
+    check_type("taint", args["taint"], TaintPolicy, "a TaintPolicy or None", optional=True)
     if args["approval"] is not None and not callable(args["approval"]):
         raise TypeError(
             f"approval must be a callable policy or None, got {described(args['approval'])}"

@@ -38,7 +38,7 @@ from statemachine_agent.agent._records import new_run_id as new_run_id
 from statemachine_agent.agent._records import with_prompt as with_prompt
 from statemachine_agent.agent._resume import resumed
 from statemachine_agent.agent.options import ResumeOptions, RunOptions, documented, given
-from statemachine_agent.agent.subagents import agent_tool, may_pause
+from statemachine_agent.agent.subagents import agent_tool, may_pause, may_pause_for_taint
 from statemachine_agent.audit.config import Audit
 from statemachine_agent.audit.redact import Redactor
 from statemachine_agent.blocking import run_blocking
@@ -56,6 +56,7 @@ from statemachine_agent.policy.context import ContextPolicy
 from statemachine_agent.policy.pricing import DEFAULT_PRICES, Price, PriceTable
 from statemachine_agent.policy.reflection import ReflectionPolicy
 from statemachine_agent.policy.stall import StallPolicy
+from statemachine_agent.policy.taint import DEFAULT_TAINT, TaintPolicy
 from statemachine_agent.policy.verify import Verifier, VerifyPolicy
 from statemachine_agent.stream.events import StreamEvent
 from statemachine_agent.stream.run import RunStream, iter_sync
@@ -100,6 +101,7 @@ class Agent:
         reflection: ReflectionPolicy | None = None,
         verify: VerifyPolicy | Verifier | None = None,
         approval: ApprovalPolicy | None = None,
+        taint: TaintPolicy | None = DEFAULT_TAINT,
         checkpointer: Storage = None,
         audit: Audit | str | PathLike[str] | None = None,
         max_tokens: int = DEFAULT_MAX_TOKENS,
@@ -130,6 +132,10 @@ class Agent:
                 max_rejections=2)`, or just the verifier (a callable returning `Verdict`).
             approval: decides on calls of tools with `requires_approval=True`
                 (`Approve`, `Deny`, `Edit` or `Defer`); without one they are deferred.
+            taint: what a call of a `side_effect=True` tool gets once untrusted text
+                (an `untrusted` tool's result) entered the run: `TaintPolicy()` sends it
+                to `approval` (the default), `side_effects="deny"` refuses it; `None`
+                switches the gate off. See docs/security.md.
             checkpointer: where each transition is checkpointed, so `resume` works;
                 see `resolve_checkpointer` for the forms and the default.
             audit: where the events go: an `Audit(dir, sinks, redact, logger)`, or a
@@ -179,6 +185,7 @@ class Agent:
             has_critic=critic is not None,
             max_continuations=max_continuations,
             output_retries=output_retries,
+            taint=taint,
         )
         if verify is not None:
             settings = dataclasses.replace(
@@ -186,7 +193,7 @@ class Agent:
             )
         effects = effects or InProcessEffects()
         self._storage: Storage = storage_option(checkpointer)
-        store = resolve_checkpointer(self._storage, tools=registry, effects=effects)
+        store = resolve_checkpointer(self._storage, tools=registry, effects=effects, taint=taint)
         price_table = PriceTable({**DEFAULT_PRICES, **(prices or {})})
         keyed = (model, *fallbacks, *([critic] if critic else []),
                  *([summarizer] if summarizer else []))  # fmt: skip
@@ -315,6 +322,10 @@ class Agent:
     @property
     def context(self) -> ContextPolicy:
         return self._parts.settings.context
+
+    @property
+    def taint(self) -> TaintPolicy | None:
+        return self._parts.settings.taint
 
     @property
     def reflection(self) -> ReflectionPolicy | None:
@@ -627,7 +638,11 @@ class RunHandle:
 
 
 def resolve_checkpointer(
-    checkpointer: Storage, *, tools: ToolRegistry, effects: Effects
+    checkpointer: Storage,
+    *,
+    tools: ToolRegistry,
+    effects: Effects,
+    taint: TaintPolicy | None = None,
 ) -> Checkpointer | None:
     """The store an agent's runs are checkpointed to, from its `checkpointer=` argument.
 
@@ -641,7 +656,8 @@ def resolve_checkpointer(
     - `None`, the default: no store, except for an agent with tools that require
       approval (or sub-agents with such tools) and in-process effects, which gets a
       `MemoryCheckpointer` so that a run paused for approval can be resumed in this
-      process.
+      process; so does one whose `taint` policy can pause a run (`"approve"`, an
+      untrusted source and a side-effect tool, see `may_pause_for_taint`).
     """
     if checkpointer is False:
         return None
@@ -651,7 +667,7 @@ def resolve_checkpointer(
     approvals = any(may_pause(t) for t in tools) or any(
         t.may_require_approval for t in tools.toolsets
     )
-    if in_process and approvals:
+    if in_process and (approvals or may_pause_for_taint(tools, taint)):
         return MemoryCheckpointer()
     return None
 

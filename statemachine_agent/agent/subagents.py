@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -43,7 +43,9 @@ from statemachine_agent.persistence.base import load_record
 from statemachine_agent.persistence.delta import CheckpointWriter
 from statemachine_agent.policy.approval import Decision, decision_from_plain
 from statemachine_agent.policy.budget import Budget
+from statemachine_agent.policy.taint import DEFAULT_TAINT, TaintPolicy, carries_free_text
 from statemachine_agent.tools.base import Tool, ToolCall, ToolOutcome
+from statemachine_agent.tools.output import OUTPUT_TOOL
 from statemachine_agent.tools.registry import ToolError
 from statemachine_agent.tools.scope import RunContext, calling_run
 from statemachine_agent.tools.settling import Settlement, Settling
@@ -111,6 +113,12 @@ class SubRun(Settling):
     """The child's structured result (`finish`'s input, or its typed answer's JSON form)."""
     answer: tuple[str, bool] | None = None
     """The tool result as recorded (content, is_error): a replay gives it back as it was."""
+    tainted: bool = False
+    """The child's run was tainted (untrusted text entered it, or its parent's had)."""
+    declassified: bool = False
+    """The child answered with a typed value whose type carries no free text (enums,
+    booleans, numbers, bounded strings): the quarantined-reader pattern, so even a
+    tainted child's answer does not taint the parent."""
 
     def settle(self, env: PhaseEnv, call: ToolCall) -> Settlement:
         """Note the child under the parent's `subagents`, charge the parent what the child
@@ -143,10 +151,11 @@ class SubRun(Settling):
         )  # fmt: skip
         if self.salvaged and over is not None and run.subagents.limit_salvage is None:
             run.subagents.limit_salvage = {"run_id": self.run_id, "text": self.text}
+        tainted = not paused and self.tainted and not self.declassified
         env.emitter.emit("subagent.ended", iteration=run.iteration, tool_use_id=call.id,
                          child_run_id=self.run_id, agent=self.agent, end_state=self.end_state,
                          usage=usage.to_dict(), cost_usd=cost, paused=paused,
-                         salvaged=self.salvaged)  # fmt: skip
+                         salvaged=self.salvaged, taints_parent=tainted)  # fmt: skip
         answer = None
         if not paused:
             content, is_error = outcome_text(self)
@@ -154,7 +163,7 @@ class SubRun(Settling):
                 tool_use_id=call.id, name=call.name, content=content, is_error=is_error,
                 error_kind="raised" if is_error else None,
             )  # fmt: skip
-        return Settlement(answer, charge=usage, cost_usd=cost, awaiting=awaiting)
+        return Settlement(answer, charge=usage, cost_usd=cost, awaiting=awaiting, tainted=tainted)
 
 
 def child_run_id(parent_run_id: str, tool_use_id: str) -> str:
@@ -232,6 +241,29 @@ def may_pause(tool: Tool) -> bool:
     return delegate is not None and any(may_pause(t) for t in delegate.agent.tools)
 
 
+def may_pause_for_taint(tools: Iterable[Tool], taint: TaintPolicy | None) -> bool:
+    """Whether `taint` can pause a run of these tools: it sends gated calls for approval,
+    something may bring untrusted text (an `untrusted` tool or toolset, here or inside a
+    sub-agent) and something has side effects (a tool marked so, or a toolset, whose
+    tools are only known when a run lists them; here or inside a sub-agent)."""
+    if taint is None or taint.side_effects != "approve":
+        return False
+    return _reaches(tools, lambda t: t.untrusted, "untrusted") and _reaches(
+        tools, lambda t: t.side_effect and t.name not in taint.trusted_tools, None
+    )
+
+
+def _reaches(tools: Iterable[Tool], test: Callable[[Tool], bool], toolset_flag: str | None) -> bool:
+    """Some tool passes `test`, here or in a sub-agent at any depth; a toolset counts when
+    it has `toolset_flag` set (any toolset when the flag is None)."""
+    for t in tools:
+        delegate = delegate_of(t)
+        if test(t) or (delegate is not None and _reaches(delegate.agent.tools, test, toolset_flag)):
+            return True
+    toolsets = getattr(tools, "toolsets", ())
+    return any(toolset_flag is None or getattr(ts, toolset_flag, False) for ts in toolsets)
+
+
 async def drive_child(
     child: Delegate,
     parent: PhaseEnv,
@@ -257,6 +289,7 @@ async def drive_child(
     else:
         record = new_record(parts, task, (), run_id, prun.metadata)
         record.parent = {"run_id": prun.run_id, "tool_use_id": tool_use_id}
+        inherit_taint(record, prun)
     charged = Usage.from_dict(link.get("usage") or {}), float(link.get("cost_usd") or 0.0)
     budget = capped(agent.budget, parent, record, charged)
     record.settings = dataclasses.replace(record.settings, budget=budget)
@@ -273,6 +306,13 @@ async def drive_child(
         )  # fmt: skip
     details = result.details or {}
     salvage = details.get("salvage")
+    spec = deps.output
+    typed = (
+        spec is not None
+        and result.end_state in SUCCESS_STATES
+        and record.notes.get("finish_tool") == OUTPUT_TOOL
+        and not carries_free_text(spec.schema, extras_dropped=spec.adapter is not None)
+    )
     return SubRun(
         run_id=result.run_id,
         agent=agent.name,
@@ -284,7 +324,18 @@ async def drive_child(
         pending=tuple(details.get("pending") or ()),
         salvaged=isinstance(salvage, Mapping) and ("usage" in salvage or "run_id" in salvage),
         data=result.data,
+        tainted=record.taint.tainted,
+        declassified=typed,
     )
+
+
+def inherit_taint(record: RunRecord, parent: RunRecord) -> None:
+    """A child starts with its parent's taint (its task was written by a model that may
+    have read untrusted text), and with its parent's `TaintPolicy` unless its agent was
+    given one of its own."""
+    record.taint.sources = [dict(s) for s in parent.taint.sources]
+    if record.settings.taint is DEFAULT_TAINT:
+        record.settings = dataclasses.replace(record.settings, taint=parent.settings.taint)
 
 
 def capped(
@@ -349,6 +400,7 @@ def _ended(record: RunRecord, agent: str) -> SubRun:
         reason=f"the sub-agent's run had already ended ({record.state})",
         usage=record.usage,
         cost_usd=record.cost_usd,
+        tainted=record.taint.tainted,
     )
 
 

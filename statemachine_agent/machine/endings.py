@@ -201,10 +201,21 @@ def _pending(ctx: PhaseEnv) -> list[dict[str, Any]]:
     pending: list[dict[str, Any]] = []
     for c in run.pending_calls:
         if c.id in waiting:
-            pending.append({"tool_use_id": c.id, "name": c.name, "input": c.input})
+            entry: dict[str, Any] = {"tool_use_id": c.id, "name": c.name, "input": c.input}
+            if c.id in run.taint.gated:  # why a person is asked: the untrusted sources
+                entry["tainted_by"] = [dict(s) for s in run.taint.sources]
+            pending.append(entry)
         child = run.subagents.runs.get(c.id) or {}
         pending += [p for p in child.get("pending") or () if p["tool_use_id"] in waiting]
     return pending
+
+
+def _tainted_by(ctx: PhaseEnv) -> str:
+    """The untrusted sources of the run, by tool and call (first three, then a count)."""
+    sources = ctx.state.taint.sources
+    named = [f"{s.get('tool')} (call {s.get('tool_use_id')})" for s in sources[:3]]
+    more = f" and {len(sources) - 3} more" if len(sources) > 3 else ""
+    return ", ".join(named) + more if named else "no source"
 
 
 FIGURES: Mapping[str, Figure] = {
@@ -251,6 +262,9 @@ FIGURES: Mapping[str, Figure] = {
     "finish_status": Figure(lambda ctx: (ctx.state.finish or {}).get("status", "completed")),
     "pending_count": Figure(lambda ctx: len(_pending(ctx))),
     "pending_names": Figure(lambda ctx: ", ".join(sorted({p["name"] for p in _pending(ctx)}))),
+    "tainted_by": Figure(
+        _tainted_by, lambda ctx: {"tainted_by": [dict(s) for s in ctx.state.taint.sources]}
+    ),
 }
 """The figures a row's `reason` may name, by name (checked when the machine is built)."""
 

@@ -226,6 +226,24 @@ def approval_pending(run: RunRecord) -> bool:
     return bool(run.approval.awaiting)
 
 
+def _taint_can_pause(setup: reach.Setup) -> str | None:
+    """A taint pause needs a policy that sends gated calls for approval."""
+    policy = setup.settings.taint
+    if policy is None:
+        return "`taint=None`"
+    if policy.side_effects != "approve":
+        return f"`TaintPolicy(side_effects={policy.side_effects!r})`"
+    return None
+
+
+@requires(_taint_can_pause)
+def taint_approval_pending(run: RunRecord) -> bool:
+    """Untrusted text has entered the run and a side-effect call its `TaintPolicy` sent
+    for approval waits for a human decision."""
+    gated = run.taint.gated
+    return run.taint.tainted and any(key in gated for key in run.approval.awaiting)
+
+
 @requires(reach.fatal_tool)
 def tool_failed_fatally(run: RunRecord) -> bool:
     """A tool configured to fail the run (on_error='fail') failed."""
@@ -334,6 +352,7 @@ GUARDS: Mapping[str, Guard] = {
         answer_retries_exhausted,
         output_expected,
         output_retry_left,
+        taint_approval_pending,
         approval_pending,
         stall_detected,
         stall_persists,

@@ -324,6 +324,7 @@ class RunRecord:
     """For a sub-agent's run: the parent's `run_id` and the `tool_use_id` of the call
     that started it (see `Agent.as_tool`)."""
     subagents: SubagentTrack = field(default_factory=SubagentTrack)
+    taint: TaintTrack = field(default_factory=TaintTrack)
     steering: SteeringTrack = field(default_factory=SteeringTrack)
     forked_from: dict[str, Any] | None = field(default=None, metadata=REPLACED)
     """For a fork (`Agent.fork`): the original's `run_id` and the transition `seq` it

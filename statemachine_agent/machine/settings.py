@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from statemachine_agent.policy.budget import Budget
 from statemachine_agent.policy.context import ContextPolicy
 from statemachine_agent.policy.stall import StallPolicy
+from statemachine_agent.policy.taint import TaintPolicy
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +35,9 @@ class RunSettings:
     """The answer must be a typed value given through `final_result` (the run has an
     `output_type`), so a plain text answer is no answer; set by the driver from the
     run's services, since a per-run `output_type=` decides it as much as the agent's."""
+    taint: TaintPolicy | None = None
+    """What a side-effect call may do once untrusted text entered the run (`Agent(taint=)`;
+    `None`: no gate, as for a record made without an agent)."""
 
     def __post_init__(self) -> None:
         if self.reflection_interval is not None and self.reflection_interval < 1:

@@ -181,6 +181,11 @@ ROWS: tuple[Row, ...] = (
         "The final answer failed validation more often than output_retries allows.",
         reason="failed: the final answer was rejected {invalid_answers} times; "
                "last: {answer_errors}"),
+    Row("act", "tools_done", "awaiting_approval", ("taint_approval_pending",),
+        "Untrusted text entered the run, and a side-effect call waits for a human "
+        "(TaintPolicy side_effects='approve'); the run pauses, checkpointed, until resumed.",
+        reason="waiting for approval of {pending_count} tool call(s): {pending_names} "
+               "(asked after untrusted text from {tainted_by} entered the run)"),
     Row("act", "tools_done", "awaiting_approval", ("approval_pending",),
         "Calls wait for a human; the run pauses, checkpointed, until resumed.",
         reason="waiting for approval of {pending_count} tool call(s): {pending_names}"),

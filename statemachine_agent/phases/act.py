@@ -31,12 +31,20 @@ from statemachine_agent.policy.approval import (
     now_iso,
     policy_name,
 )
-from statemachine_agent.tools.base import ErrorKind, ToolCall, ToolOutcome
+from statemachine_agent.policy.taint import excerpt
+from statemachine_agent.tools.base import ErrorKind, TaintSource, Tool, ToolCall, ToolOutcome
+from statemachine_agent.tools.registry import UNTRUSTED_TAG
 from statemachine_agent.tools.scope import RunScope, tool_scope
 from statemachine_agent.tools.settling import Settling
 
 ANSWER_ERRORS: frozenset[ErrorKind] = frozenset({"invalid_input", "raised"})
 """Failures of a run-ending tool that mean its input (the answer) was rejected."""
+
+ENGINE_WORDS: frozenset[ErrorKind | None] = frozenset(
+    {"unknown_tool", "invalid_input", "timeout", "abandoned", "limit", "not_run", "denied"}
+)
+"""Answers written by the engine, not by the tool: an untrusted tool's call answered
+with one of them brought no outside text into the run."""
 
 
 class Act:
@@ -157,8 +165,14 @@ class Act:
         """The call to run (maybe edited), a denial to answer with, or None if deferred."""
         run, deps = ctx.state, ctx.deps
         tool = deps.tools.get(call.name)
-        if tool is None or not tool.requires_approval:
+        if tool is None:
             return call
+        gated = self._taint_gate(ctx, call, tool)
+        if isinstance(gated, ToolOutcome):
+            return gated
+        if gated is None and not tool.requires_approval:
+            return call
+        call = gated or call
         answer: PolicyAnswer
         now = time.time()
         decided_at, by = now, None
@@ -191,6 +205,61 @@ class Act:
                                is_error=True, error_kind="denied")  # fmt: skip
         run.approval.awaiting.append(call.id)
         return None
+
+    def _taint_gate(
+        self, ctx: PhaseEnv, call: ToolCall, tool: Tool
+    ) -> ToolCall | ToolOutcome | None:
+        """The run's `TaintPolicy` on this call: None when it does not gate it (no taint
+        yet, no side effect, a trusted tool, `"allow"`, no policy); else the call with
+        its `tainted_by` to put to the approval policy (`"approve"`), or the refusal
+        to answer it with (`"deny"`). Either way the gate is on the record and in the
+        audit trail (`taint.gated`), once per call, before anything runs."""
+        run = ctx.state
+        policy = run.settings.taint
+        if (
+            policy is None
+            or not run.taint.tainted
+            or not policy.gates(call.name, side_effect=tool.side_effect)
+        ):
+            return None
+        sources = tuple(_source(s) for s in run.taint.sources)
+        if call.id not in run.taint.gated:
+            run.taint.gated.append(call.id)
+            ctx.emitter.emit("taint.gated", iteration=run.iteration, tool=call.name,
+                             tool_use_id=call.id, action=policy.side_effects,
+                             tainted_by=[dict(s) for s in run.taint.sources])  # fmt: skip
+        if policy.side_effects == "deny":
+            named = ", ".join(f"{s.tool} (call {s.tool_use_id})" for s in sources)
+            return ToolOutcome(
+                tool_use_id=call.id,
+                name=call.name,
+                content=(
+                    f"Not run: {call.name!r} has side effects, and this run has read untrusted "
+                    f"text (from {named}); the agent's TaintPolicy refuses such calls. Go on "
+                    "without it, and tell the user what you would have done."
+                ),
+                is_error=True,
+                error_kind="denied",
+            )
+        return dataclasses.replace(call, tainted_by=sources)
+
+    def _taint(self, ctx: PhaseEnv, call: ToolCall, outcome: ToolOutcome, by: bool) -> None:
+        """Note an untrusted source when this outcome brings outside text into the
+        history: an untrusted tool's own answer, or (`by`) a sub-agent's free-text
+        answer from a tainted run. The first one is the run's `taint.entered` event."""
+        tool = ctx.deps.tools.get(call.name)
+        untrusted = by or (tool is not None and tool.untrusted)
+        if not untrusted or outcome.error_kind in ENGINE_WORDS:
+            return
+        run = ctx.state
+        source = TaintSource(tool=call.name, tool_use_id=call.id,
+                             excerpt=excerpt(_unfenced(outcome.content)),
+                             iteration=run.iteration)  # fmt: skip
+        first = not run.taint.tainted
+        run.taint.sources.append(_plain_source(source))
+        if first:
+            ctx.emitter.emit("taint.entered", iteration=run.iteration, tool=call.name,
+                             tool_use_id=call.id, excerpt=source.excerpt)  # fmt: skip
 
     def _log(
         self,
@@ -234,6 +303,7 @@ class Act:
         here, and a result with no answer leaves the call open for the run's resume.
         """
         run = ctx.state
+        tainting = False
         if isinstance(outcome.data, Settling):
             settled = outcome.data.settle(ctx, call)
             run.usage = run.usage + settled.charge
@@ -243,6 +313,8 @@ class Act:
                 ctx.checkpoint()
                 return
             outcome = dataclasses.replace(settled.answer, duration_s=outcome.duration_s)
+            tainting = settled.tainted
+        self._taint(ctx, call, outcome, tainting)
         fields = {
             "iteration": run.iteration,
             "tool": call.name,
@@ -291,6 +363,28 @@ _DECIDED_BY: dict[str, Literal["person", "policy", "default"]] = {
     "policy": "policy",
     "default": "default",
 }
+
+
+def _unfenced(content: str) -> str:
+    """The outside text inside an untrusted result's fence (`wrap_untrusted`), so an
+    excerpt quotes what was read, not the fence's note."""
+    if not content.startswith(f"The text between <{UNTRUSTED_TAG}_"):
+        return content
+    lines = content.split("\n")
+    return "\n".join(lines[2:-2]) if len(lines) > 4 else content
+
+
+def _plain_source(source: TaintSource) -> dict[str, object]:
+    return dataclasses.asdict(source)
+
+
+def _source(plain: dict[str, object]) -> TaintSource:
+    return TaintSource(
+        tool=str(plain.get("tool", "")),
+        tool_use_id=str(plain.get("tool_use_id", "")),
+        excerpt=str(plain.get("excerpt", "")),
+        iteration=int(plain.get("iteration", 0) or 0),  # type: ignore[call-overload]
+    )
 
 
 def _reused(call: ToolCall) -> ToolOutcome:

@@ -94,7 +94,12 @@ class Tool:
     """The tool changes the world (sends, writes, pays). Its recorded result is never
     re-executed on resume, and a handler with an `idempotency_key` parameter gets a
     key stable across retries and resumes, so it can refuse to act twice. (A retry
-    under `on_error="retry"` repeats the call with the same key.)"""
+    under `on_error="retry"` repeats the call with the same key.)
+
+    It is also what the agent's `TaintPolicy` gates: once untrusted text has entered
+    the run, a call of a side-effect tool goes to the approval policy (by default;
+    or is refused, `side_effects="deny"`), since that is what a prompt injection
+    wants done. Mark every tool that sends, writes, pays or deletes."""
     requires_approval: bool = False
     """Each call is put to the agent's approval policy (by default: deferred to a
     human, the run pausing in `awaiting_approval`) before it runs."""
@@ -165,6 +170,20 @@ class ToolContent:
 
 
 @dataclass(frozen=True, slots=True)
+class TaintSource:
+    """Where untrusted text entered a run: the call whose result brought it in."""
+
+    tool: str
+    """The untrusted tool (or the sub-agent tool whose tainted run answered in free text)."""
+    tool_use_id: str
+    """The call whose result brought the text (for a sub-agent's call: the parent's id)."""
+    excerpt: str = ""
+    """The start of that result, on one line, so a reviewer sees what was read."""
+    iteration: int = 0
+    """The model call of the run whose reply made that call."""
+
+
+@dataclass(frozen=True, slots=True)
 class ToolCall:
     """One `tool_use` block the model asked for."""
 
@@ -174,6 +193,10 @@ class ToolCall:
     """Usually a dict; anything else is rejected by validation, not by a crash."""
     idempotency_key: str = ""
     """`<run_id>:<tool_use_id>`, set by the engine; passed to handlers that ask for it."""
+    tainted_by: tuple[TaintSource, ...] = ()
+    """For a side-effect call the run's `TaintPolicy` gates: the untrusted sources whose
+    text the model had read when it asked for it, so the approval policy (or the person
+    resuming) decides knowing why it is asked. Empty for every other call."""
 
     @classmethod
     def from_block(cls, block: Mapping[str, Any]) -> ToolCall:

@@ -36,6 +36,9 @@ class Settlement:
     """Money the call spent on the run's behalf, added to the run's cost."""
     awaiting: tuple[str, ...] = ()
     """Further keys the run now waits for approval decisions on (`approval.awaiting`)."""
+    tainted: bool = False
+    """The answer carries untrusted text (a tainted sub-agent's free-text answer): the run
+    notes the call as an untrusted source (see `TaintPolicy`)."""
 
 
 class Settling(abc.ABC):
