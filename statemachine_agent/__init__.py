@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from statemachine_agent.agent import Agent, RunHandle
+    from statemachine_agent.agent._fork import ForkPointError
     from statemachine_agent.agent.conversation import (
         Conversation,
         ConversationConflictError,
@@ -75,9 +76,8 @@ if TYPE_CHECKING:
     from statemachine_agent.policy.pricing import Price, UnknownModelPriceError
     from statemachine_agent.policy.reflection import ReflectionPolicy
     from statemachine_agent.policy.stall import StallPolicy
-    from statemachine_agent.policy.taint import TaintPolicy
     from statemachine_agent.policy.verify import Claim, Verdict, Verifier, VerifyPolicy
-    from statemachine_agent.tools.base import TaintSource, Tool, ToolCall, ToolOutcome
+    from statemachine_agent.tools.base import Tool, ToolCall, ToolOutcome
     from statemachine_agent.tools.builtin import calculate, end_chat, finish, get_current_time
     from statemachine_agent.tools.decorator import tool
     from statemachine_agent.tools.mcp import MCPToolset
@@ -162,6 +162,7 @@ __all__ = [
     "Edit",
     "Effects",
     "Error",
+    "ForkPointError",
     "InvalidIdError",
     "JsonlSink",
     "LeasingCheckpointer",
@@ -197,8 +198,6 @@ __all__ = [
     "ScriptedModel",
     "SerializationError",
     "StallPolicy",
-    "TaintPolicy",
-    "TaintSource",
     "Tool",
     "ToolCall",
     "ToolError",

@@ -3,14 +3,18 @@ which stays byte for byte as it was."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import re
 from pathlib import Path
 
 import pytest
 
-from statemachine_agent import Agent, Audit, ScriptedModel, tool
+from statemachine_agent import Agent, Audit, ScriptedModel, StallPolicy, tool
 from statemachine_agent.agent._fork import ForkPointError
+from statemachine_agent.cli import main
 from statemachine_agent.persistence.sqlite import SQLiteCheckpointer
+from statemachine_agent.replay import replay
 from statemachine_agent.testing import replies
 
 
@@ -69,3 +73,102 @@ def test_a_fork_with_another_model_runs_to_its_own_end(tmp_path: Path) -> None:
     assert [t.key for t in result.trail[:at]] == [t.key for t in original.trail[:at]]
     with pytest.raises(ForkPointError, match="nearest"):
         agent.fork("orig", next(t.seq for t in original.trail if t.dest == "act"))
+
+
+def test_a_fork_with_another_stall_policy_runs_to_its_own_end(tmp_path: Path) -> None:
+    """The original repeats a call with no stall detection and completes; forked before
+    its first model call with a stall policy, the same replies stall instead."""
+    same = [replies.tool_use("count", {"n": 1}) for _ in range(6)] + [replies.text("Done.")]
+    store = SQLiteCheckpointer(tmp_path / "runs.sqlite3")
+    agent = Agent(ScriptedModel(same), tools=[count], checkpointer=store, stall=None)
+    original = agent.run("Count.", run_id="orig")
+    assert original.end_state == "completed"
+    result = agent.fork("orig", 1, model=ScriptedModel(same), stall=StallPolicy())
+    assert not isinstance(result, str)
+    assert result.end_state == "stalled", result.reason
+    assert "intervene" in [t.dest for t in result.trail]
+    assert "intervene" not in [t.dest for t in original.trail]
+
+
+def test_the_forks_replay_follows_the_original_to_the_fork_point(tmp_path: Path) -> None:
+    """A fork's audit file begins with the original's events, so its replay goes through
+    the original's transitions first, then the fork's own, matching both."""
+    store = SQLiteCheckpointer(tmp_path / "runs.sqlite3")
+    audit = Audit(dir=tmp_path / "audit")
+    agent = Agent(ScriptedModel(script(4)), tools=[count], checkpointer=store, audit=audit,
+                  stall=None)  # fmt: skip
+    original = agent.run("Count.", run_id="orig")
+    recorded = replay(tmp_path / "audit" / "orig.jsonl").recorded
+    for at in (1, 4, 8):
+        result = agent.fork("orig", at, new_run_id=f"f{at}", model=ScriptedModel(script(1)))
+        assert not isinstance(result, str)
+        assert result.end_state == "completed"
+        report = replay(tmp_path / "audit" / f"f{at}.jsonl")
+        assert report.matched, report.difference
+        assert report.replayed[:at] == recorded[:at]
+        assert len(report.replayed) == len(result.trail)
+    assert [t.dest for t in original.trail][-1] == "completed"
+
+
+class TestTheCommand:
+    def test_fork_prints_the_new_id_and_runs_inspect_and_report_name_the_origin(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.chdir(tmp_path)
+        box: list[Agent] = []
+
+        @tool
+        def tally(n: int) -> str:
+            """Tally."""
+            if n == 0:
+                box[0].steer("orig", "<script>alert(1)</script> count on", by="<i>ops</i>")
+            return f"tallied {n}"
+
+        moves = [replies.tool_use("tally", {"n": i}) for i in range(2)] + [replies.text("ok")]
+        agent = Agent(ScriptedModel(moves), tools=[tally], checkpointer="runs.sqlite3",
+                      audit=Audit(dir="audit"), stall=None)  # fmt: skip
+        box.append(agent)
+        original = agent.run("Tally.", run_id="orig")
+        agent.close()
+        at = next(t.seq for t in original.trail if t.via == ("steering_waiting",)) + 1
+        assert main(["fork", "--store", "runs.sqlite3", "orig", "--at", str(at),
+                     "--new-run-id", "fork-1"]) == 0  # fmt: skip
+        assert capsys.readouterr().out == "fork-1\n"
+        assert main(["runs", "--store", "runs.sqlite3"]) == 0
+        rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()}
+        assert f"orig@{at}" in rows["fork-1"]
+        assert "orig@" not in " ".join(rows["orig"])
+        assert main(["inspect", "audit/fork-1.jsonl"]) == 0
+        shown = capsys.readouterr().out
+        assert f"Forked:     from orig at transition {at}" in shown
+        assert main(["report", "audit/fork-1.jsonl", "-o", "fork.html"]) == 0
+        page = (tmp_path / "fork.html").read_text()
+        assert f"forked from <code>orig</code> at transition {at}" in page
+        assert "steered by &lt;i&gt;ops&lt;/i&gt;: &lt;script&gt;alert(1)&lt;/script&gt;" in page
+        assert "<script>alert" not in page
+
+    def test_a_refused_point_is_one_line_naming_the_nearest_and_leaves_no_run(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        db = tmp_path / "runs.sqlite3"
+        agent = Agent(ScriptedModel(script(1)), tools=[count], checkpointer=db)
+        original = agent.run("Count.", run_id="orig")
+        agent.close()
+        into_act = next(t.seq for t in original.trail if t.dest == "act")
+        argv = ["fork", "--store", str(db), "orig", "--new-run-id", "nope", "--at"]
+        for at, said in [
+            (str(into_act), f"enters act, between .* \\(the nearest that can: {into_act - 1}, "),
+            ("99", "the run has transitions 1 to"),
+            ("0", "counted from 1"),
+        ]:
+            with contextlib.suppress(SystemExit):  # argparse's own refusals exit 2
+                assert main([*argv, at]) == 2
+            err = capsys.readouterr().err
+            assert err.count("\n") == 1
+            assert re.search(said, err), err
+        assert main(["fork", "--store", str(db), "ghost", "--at", "1"]) == 2
+        assert capsys.readouterr().err == (
+            "statemachine-agent: error: fork: no checkpoints for run 'ghost'\n"
+        )
+        with SQLiteCheckpointer(db) as store:
+            assert [r.run_id for r in store.runs()] == ["orig"]

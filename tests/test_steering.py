@@ -11,6 +11,7 @@ queued before a SIGKILL is delivered exactly once after the resume.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -24,10 +25,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from statemachine_agent import Agent, Approve, Audit, ScriptedModel, tool
+from statemachine_agent import Agent, Approve, Audit, Conversation, RunResult, ScriptedModel, tool
 from statemachine_agent.audit.sink import read_events
 from statemachine_agent.machine.resume import RunAlreadyEndedError
 from statemachine_agent.persistence.base import MemoryCheckpointer, RunNotFoundError
+from statemachine_agent.stream.events import ToolCallStarted, Transition
 from statemachine_agent.testing import FakeAnthropicServer, replies
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -282,3 +284,81 @@ def test_a_steered_message_is_new_information_for_the_stall_detector(steered: bo
     result = agent.run("Watch the queue.", run_id="run-stall")
     went = [t.dest for t in result.trail]
     assert ("intervene" in went) is not steered
+
+
+class TestSteerAStream:
+    def test_a_steer_on_the_stream_reaches_the_next_request_after_the_tool_results(
+        self,
+    ) -> None:
+        """`RunStream.steer` during `act` (on the tool's call event) queues the message
+        for the streamed run; before the first event it goes in with the prompt; once
+        the run has ended it is refused by name."""
+
+        @tool
+        def lookup(month: str) -> str:
+            """Look up invoices of a month."""
+            return f"invoices of {month}: 3"
+
+        script = [replies.tool_use("lookup", {"month": "May"}), replies.text("Done.")]
+
+        async def go(agent: Agent) -> tuple[list[Any], Any]:
+            stream = agent.astream("Check May.")
+            assert stream.steer("mind the refunds", by="ops") == 1
+            seen: list[Any] = []
+            async for event in stream:
+                seen.append(event)
+                if isinstance(event, ToolCallStarted):
+                    assert await stream.asteer("and June too", by="ops") == 2
+            with pytest.raises(RunAlreadyEndedError):
+                stream.steer("too late")
+            return seen, stream.result
+
+        with FakeAnthropicServer(script) as server:
+            agent = Agent(server.model(max_retries=0), tools=[lookup], checkpointer=False)
+            seen, result = asyncio.run(go(agent))
+            assert server.unexpected() == []
+            requests = server.requests
+        assert result.end_state == "completed", result.reason
+        first, second = requests[0]["messages"], requests[1]["messages"]
+        assert texts(first[-1]) == ["Check May.", "mind the refunds"]
+        assert not mentions(requests[0], "June")
+        assert [b["type"] for b in second[-1]["content"]] == ["tool_result", "text"]
+        assert texts(second[-1]) == ["and June too"]
+        via = [e.guards for e in seen if isinstance(e, Transition) and e.dest == "perceive"]
+        assert sum(1 for g in via if "steering_waiting" in g) == 2
+
+
+class TestSteerAConversation:
+    def test_a_running_turn_takes_it_and_an_ended_turn_starts_the_next(self) -> None:
+        """Steered from a tool while a turn runs, the message joins that turn's run;
+        steered after the turn ended, it is the next turn's prompt."""
+        box: list[Conversation[Any]] = []
+        numbers: list[int | object] = []
+
+        @tool
+        def search(q: str) -> str:
+            """Search."""
+            numbers.append(box[0].steer("only 2025 results", by="ana"))
+            return f"found {q}"
+
+        script = [
+            replies.tool_use("search", {"q": "flights"}),
+            replies.text("Here are 2025 flights."),
+            replies.text("Booked."),
+        ]
+        with FakeAnthropicServer(script) as server:
+            agent = Agent(server.model(max_retries=0), tools=[search], checkpointer=False)
+            chat = Conversation(agent)
+            box.append(chat)
+            first = chat.send("Find flights.")
+            second = chat.steer("Book the first one.", by="ana")
+            assert server.unexpected() == []
+            requests = server.requests
+        assert numbers == [1]
+        assert first.end_state == "completed", first.reason
+        assert texts(requests[1]["messages"][-1]) == ["only 2025 results"]
+        assert isinstance(second, RunResult)
+        assert second.text == "Booked."
+        assert chat.turns == 2
+        assert texts(requests[2]["messages"][-1]) == ["Book the first one."]
+        assert json.dumps(requests[2]["messages"]).count("only 2025 results") == 1

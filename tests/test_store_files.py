@@ -75,7 +75,7 @@ class TestPrune:
         store.close()
 
 
-HEADER = ["RUN", "STATE", "ITER", "COST", "USD", "LAST", "UPDATE", "DRIVER", "METADATA"]
+HEADER = ["RUN", "STATE", "ITER", "COST", "USD", "LAST", "UPDATE", "DRIVER", "ORIGIN", "METADATA"]
 """The `runs` listing's header: one name for every column."""
 
 
@@ -92,7 +92,7 @@ class TestCommands:
             cost = load_record(store, "run_listed").cost_usd
         fields = out[1].split()
         assert fields[:4] == ["run_listed", "completed", "3", f"{cost:.4f}"]
-        assert fields[6:] == ["UTC", "-", "-"]  # no driver, no metadata
+        assert fields[6:] == ["UTC", "-", "-", "-"]  # no driver, not a fork, no metadata
 
     def test_every_column_has_a_header(
         self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -114,7 +114,7 @@ class TestCommands:
         held, plain = by_id["run_held"], by_id["run_plain"]
         assert held[driver:].startswith(lease.owner)
         assert held[meta:] == '{"tenant": "acme"}'
-        assert plain[driver:].split() == ["-", "-"]
+        assert plain[driver:].split() == ["-", "-", "-"]
         assert plain[meta:] == "-"
 
     def test_prune_by_age(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -15,6 +15,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from statemachine_agent.agent import _steering
 from statemachine_agent.audit.chain import Chain
 from statemachine_agent.audit.events import Emitter
 from statemachine_agent.audit.sink import AuditSink, JsonlSink
@@ -72,7 +73,10 @@ def stream(
         finally:
             release(parts.checkpointer, held)
 
-    return RunStream(record.run_id, start, token, parts.redactor.redact)
+    def steer(text: str, by: str | None) -> int:
+        return _steering.queue(parts, record.run_id, text, by)
+
+    return RunStream(record.run_id, start, token, parts.redactor.redact, steer)
 
 
 async def drive(

@@ -119,9 +119,12 @@ def create_fork(
     new_run_id_: str | None,
     prompt: str | None,
     changed: Sequence[str],
+    recorded_settings: bool = False,
 ) -> str:
-    """Store the fork of `run_id` at `at` (settings from `target`) and begin its audit
-    file with the original's events up to that transition; returns the fork's id."""
+    """Store the fork of `run_id` at `at` (settings from `target`, or with
+    `recorded_settings` the original's as recorded: the CLI has no agent to take them
+    from) and begin its audit file with the original's events up to that transition;
+    returns the fork's id."""
     store = source.checkpointer
     if store is None:
         raise ValueError("fork needs a checkpointer: the original run is read from the store")
@@ -131,9 +134,10 @@ def create_fork(
     if any(True for _ in store.bodies(new_id)):
         raise ValueError(f"fork: run {new_id!r} exists already; name a new run id")
     record = forked_record(store, check_run_id(run_id), at, new_id, prompt)
-    record.settings = dataclasses.replace(
-        target.settings, output_expected=record.settings.output_expected
-    )
+    if not recorded_settings:
+        record.settings = dataclasses.replace(
+            target.settings, output_expected=record.settings.output_expected
+        )
     _begin_audit(source, target, record, run_id, at, prompt is not None, changed)
     store.append(new_id, CheckpointWriter().delta(record))
     return new_id

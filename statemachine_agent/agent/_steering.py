@@ -18,10 +18,7 @@ def steer(parts: AgentParts, run_id: str, text: str, by: str | None) -> int:
     message (delivered when it next reaches `perceive`); ended, it refuses.
     """
     check_run_id(run_id)
-    if not isinstance(text, str) or not text.strip():
-        raise ValueError(f"steer: text must be a non-empty string, not {text!r}")
-    if by is not None and not isinstance(by, str):
-        raise TypeError(f"steer: by must be a string or None, not {type(by).__name__}")
+    check_message(text, by)
     if run_id not in parts.driving:
         store = parts.checkpointer
         if store is None:
@@ -34,4 +31,19 @@ def steer(parts: AgentParts, run_id: str, text: str, by: str | None) -> int:
             raise RunAlreadyEndedError(
                 f"run {run_id!r} has ended ({state}): a steered message would never be read"
             )
+    return parts.mailbox.steer(run_id, text, by=by)
+
+
+def check_message(text: str, by: str | None) -> None:
+    """Refuse what could never be a user message (before anything is queued)."""
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError(f"steer: text must be a non-empty string, not {text!r}")
+    if by is not None and not isinstance(by, str):
+        raise TypeError(f"steer: by must be a string or None, not {type(by).__name__}")
+
+
+def queue(parts: AgentParts, run_id: str, text: str, by: str | None) -> int:
+    """Queue `text` for a run the caller knows is going (a `RunStream` whose run has not
+    ended: it may not have reached the store yet, so no look-up there)."""
+    check_message(text, by)
     return parts.mailbox.steer(run_id, text, by=by)

@@ -215,9 +215,17 @@ def run_events(
 def iter_run_events(
     events: Iterable[Mapping[str, Any]], run_id: str | None = None
 ) -> Iterator[Mapping[str, Any]]:
-    """`run_events` as a stream: the first event read names the run when `run_id` is None."""
+    """`run_events` as a stream: the first event read names the run when `run_id` is None.
+
+    A fork's file (`Agent.fork`) begins with the original's events up to the fork
+    point, then `run.forked` under the fork's own id: that history is the fork's, so
+    the file's first run is followed into its fork (and a replay of the fork goes
+    through the original's transitions first)."""
+    follow = run_id is None
     for event in events:
         if run_id is None:
+            run_id = str(event.get("run_id", ""))
+        if follow and event.get("event") == "run.forked" and event.get("forked_from") == run_id:
             run_id = str(event.get("run_id", ""))
         if event.get("run_id") == run_id:
             yield event

@@ -624,6 +624,9 @@ def parser() -> argparse.ArgumentParser:
     from statemachine_agent.cli.evals import add_command as add_eval_command
 
     add_eval_command(sub)
+    from statemachine_agent.cli.fork import add_command as add_fork_command
+
+    add_fork_command(sub)
     return top
 
 

@@ -82,6 +82,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
     store = open_store(args)
     try:
         runs = store.runs(metadata=wanted) if wanted else store.runs()
+        origins = _origins(store, [r.run_id for r in runs])
     finally:
         store.close()
     if not runs:
@@ -94,17 +95,28 @@ def cmd_runs(args: argparse.Namespace) -> int:
     stamps = [stamp(r.updated_at) for r in runs]
     driven = max(len("DRIVER"), *map(len, drivers))
     updated = max(len("LAST UPDATE"), *map(len, stamps))
+    forked = max(len("ORIGIN"), *map(len, origins))
     print(
         f"{'RUN':<{width}}  {'STATE':<17} {'ITER':>5} {'COST USD':>10}  "
-        f"{'LAST UPDATE':<{updated}}  {'DRIVER':<{driven}}  METADATA"
+        f"{'LAST UPDATE':<{updated}}  {'DRIVER':<{driven}}  {'ORIGIN':<{forked}}  METADATA"
     )
-    for r, driver, when in zip(runs, drivers, stamps, strict=True):
+    for r, driver, when, origin in zip(runs, drivers, stamps, origins, strict=True):
         meta = json.dumps(r.metadata, ensure_ascii=False, sort_keys=True) if r.metadata else "-"
         print(
             f"{r.run_id:<{width}}  {r.state:<17} {r.iterations:>5} {r.cost_usd:>10.4f}  "
-            f"{when:<{updated}}  {driver:<{driven}}  {meta}"
+            f"{when:<{updated}}  {driver:<{driven}}  {origin:<{forked}}  {meta}"
         )
     return 0
+
+
+def _origins(store: Any, run_ids: list[str]) -> list[str]:
+    """Each run's origin as `RUN@SEQ` for a fork (`Agent.fork`: the run and transition
+    it was forked from, as its record names them), `-` for any other run. The record
+    is the only place that says so, so each listed run's record is read."""
+    from statemachine_agent.persistence.base import load_record
+
+    found = [load_record(store, run_id).forked_from for run_id in run_ids]
+    return [f"{f['run_id']}@{f['seq']}" if f else "-" for f in found]
 
 
 def cmd_prune(args: argparse.Namespace) -> int:

@@ -42,6 +42,8 @@ _NOTE_EVENTS: Mapping[str, bool] = {
     "context.continued": False,
     "context.compacted": False,
     "context.summary_failed": True,
+    "run.steered": False,
+    "run.forked": False,
 }
 """Events shown as one-line notes in their iteration."""
 
@@ -94,6 +96,7 @@ class RunReader:
         self.summaries = _Summaries()
         self.calls: Counter[str] = Counter()
         self.clock = _Clock()
+        self.forked: Mapping[str, Any] = {}
 
     def add(self, event: Mapping[str, Any]) -> None:
         if not self.count:
@@ -108,6 +111,9 @@ class RunReader:
             self.started = event
         elif name == "run.ended":
             self.ended = event
+        elif name == "run.forked":  # a fork's file: what came before was its history
+            self.forked = event
+            self.first = {**self.first, "run_id": event.get("run_id")}
         elif name == "transition.fired":
             transition = _transition(event)
             self.transition_count += 1
@@ -181,6 +187,8 @@ class RunReader:
             wall_s=self.clock.wall_s,
             waited_s=self.clock.waited_s,
             pauses=self.clock.pauses,
+            forked_from=as_str(self.forked.get("forked_from")) or None,
+            forked_at=as_int(self.forked.get("forked_at")) if self.forked else None,
         )
 
 
@@ -571,6 +579,14 @@ def _note_text(name: str, event: Mapping[str, Any]) -> str:
         )
     if name == "tool.skipped":
         return f"{as_int(event.get('count'))} tool calls left unanswered were closed"
+    if name == "run.steered":
+        who = as_str(event.get("by")) if event.get("by") is not None else ""
+        return f"steered{f' by {who}' if who else ''}: {as_str(event.get('text'))}"
+    if name == "run.forked":
+        return (
+            f"forked from {as_str(event.get('forked_from'))} at transition "
+            f"{as_int(event.get('forked_at'))}"
+        )
     if name == "phase.crashed":
         return f"{as_str(event.get('state'))} crashed: {as_str(event.get('error'))}"
     return as_str(event.get("error")) or name

@@ -279,6 +279,10 @@ class Report:
     wall_s: float | None = None
     """From the run's first event to its last, by their `ts` (a paused run's wait included;
     `Outcome.elapsed_s` is the engine's own clock)."""
+    forked_from: str | None = None
+    """For a fork (`Agent.fork`): the run it was forked from (its `run.forked` event)."""
+    forked_at: int | None = None
+    """The transition of that run it was forked at."""
     waited_s: float = 0.0
     """Time spent waiting for people: from each pause (`run.ended` in `awaiting_approval`)
     to the `run.resumed` after it."""

@@ -125,6 +125,10 @@ def build(events: Iterable[Mapping[str, Any]], run_id: str | None = None) -> Rep
         rid = as_str(event.get("run_id"))
         if chosen is None:
             chosen = rid
+        if (run_id is None and event.get("event") == "run.forked"
+                and event.get("forked_from") == chosen and chosen in builders):  # fmt: skip
+            builders[rid] = builders.pop(chosen)  # a fork's file: the original's events
+            chosen = rid  # up to the fork point are the fork's history
         parent = event.get("parent_run_id")
         builder = builders.get(rid)
         if builder is None:

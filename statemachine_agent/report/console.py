@@ -155,6 +155,10 @@ def print_inspect(
     """The table, then the run's approvals, pauses and resumes (from `reviews`, read
     off the same events), then how the run ended, then whether the audit file's chain
     holds; then each sub-agent run it started, the same way, under its tool call."""
+    if report.forked_from is not None:
+        console.print(
+            _text(f"Forked:     from {report.forked_from} at transition {report.forked_at}", "cyan")
+        )
     console.print(inspect_table(report, reviews_apart=reviews is not None))
     _print_left_out(report, console)
     if reviews is not None:

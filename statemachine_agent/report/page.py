@@ -131,6 +131,12 @@ def _header(report: Report, source: str, verification: Verification | None) -> M
             )
         )
     meta.append(f"{report.iteration_count} iterations, {report.transitions_fired} transitions")
+    if report.forked_from is not None:
+        meta.append(
+            Markup("forked from <code>{}</code> at transition {}").format(
+                report.forked_from, report.forked_at
+            )
+        )
     prompt = (
         Markup(
             '<div class="prompt"><span class="label">Prompt</span><div class="text">{}</div></div>'
