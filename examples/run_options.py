@@ -43,7 +43,7 @@ def main() -> tuple[list[RunResult], str]:
     first = agent.run("When does order 7 ship?", **options)
     second = agent.run("And order 8?", history=first.messages, **options)
     try:
-        agent.run("And order 9?", histroy=second.messages, **options)  # type: ignore[call-arg]
+        agent.run("And order 9?", histroy=second.messages, **options)  # type: ignore[call-overload]
     except TypeError as error:  # ... got an unexpected keyword argument 'histroy' ...
         return [first, second], str(error)
     raise AssertionError("a misspelled option ran")

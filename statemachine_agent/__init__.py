@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from statemachine_agent.agent import Agent, RunHandle
-    from statemachine_agent.agent._fork import ForkPointError
     from statemachine_agent.agent.conversation import (
         Conversation,
         ConversationConflictError,
@@ -37,7 +36,7 @@ if TYPE_CHECKING:
     from statemachine_agent.errors import Error
     from statemachine_agent.machine.cancel import CancelToken
     from statemachine_agent.machine.ids import InvalidIdError
-    from statemachine_agent.machine.result import RunResult
+    from statemachine_agent.machine.result import NoOutputError, RunResult
     from statemachine_agent.machine.resume import MissingToolsError, RunAlreadyEndedError
     from statemachine_agent.machine.run import TransitionRecord
     from statemachine_agent.models.anthropic import AnthropicModel, MissingAPIKeyError
@@ -76,8 +75,9 @@ if TYPE_CHECKING:
     from statemachine_agent.policy.pricing import Price, UnknownModelPriceError
     from statemachine_agent.policy.reflection import ReflectionPolicy
     from statemachine_agent.policy.stall import StallPolicy
+    from statemachine_agent.policy.taint import TaintPolicy
     from statemachine_agent.policy.verify import Claim, Verdict, Verifier, VerifyPolicy
-    from statemachine_agent.tools.base import Tool, ToolCall, ToolOutcome
+    from statemachine_agent.tools.base import TaintSource, Tool, ToolCall, ToolOutcome
     from statemachine_agent.tools.builtin import calculate, end_chat, finish, get_current_time
     from statemachine_agent.tools.decorator import tool
     from statemachine_agent.tools.mcp import MCPToolset
@@ -162,7 +162,6 @@ __all__ = [
     "Edit",
     "Effects",
     "Error",
-    "ForkPointError",
     "InvalidIdError",
     "JsonlSink",
     "LeasingCheckpointer",
@@ -176,6 +175,7 @@ __all__ = [
     "ModelError",
     "ModelReply",
     "ModelRequest",
+    "NoOutputError",
     "OpenAIModel",
     "OutputTypeError",
     "PolicyAnswer",
@@ -198,6 +198,8 @@ __all__ = [
     "ScriptedModel",
     "SerializationError",
     "StallPolicy",
+    "TaintPolicy",
+    "TaintSource",
     "Tool",
     "ToolCall",
     "ToolError",

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import sys
+import types
 from pathlib import Path
 from typing import Any
 
@@ -83,12 +85,21 @@ def emitted_events() -> set[str]:
 
 
 def run_block(code: str, name: str) -> dict[str, Any]:
-    """Execute a doc's code block, then every `test_*` function it defines."""
-    namespace: dict[str, Any] = {"__name__": name}
-    exec(compile(code, name, "exec"), namespace)
-    for key, value in list(namespace.items()):
-        if key.startswith("test_") and callable(value):
-            value()
+    """Execute a doc's code block, then every `test_*` function it defines.
+
+    The block runs as a module of its own, registered while it runs as an imported
+    file is: pydantic and dataclasses look a class's module up to resolve its
+    annotations."""
+    module = types.ModuleType(name)
+    namespace: dict[str, Any] = module.__dict__
+    sys.modules[name] = module
+    try:
+        exec(compile(code, name, "exec"), namespace)
+        for key, value in list(namespace.items()):
+            if key.startswith("test_") and callable(value):
+                value()
+    finally:
+        del sys.modules[name]
     return namespace
 
 

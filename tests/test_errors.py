@@ -64,6 +64,7 @@ PREVIOUS_BASES: dict[str, type[BaseException]] = {
     "MissingOpenAIKeyError": ValueError,
     "MissingToolsError": ValueError,
     "ModelError": Exception,
+    "NoOutputError": LookupError,
     "OutputTypeError": TypeError,
     "PayloadAlteredError": ValueError,
     "PostgresNotFoundError": RuntimeError,

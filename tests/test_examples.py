@@ -185,6 +185,23 @@ class TestPersistentChat:
         assert result.messages[0] == {"role": "user", "content": "Hi, my name is Ada."}
 
 
+class TestTypedOutput:
+    """An `Agent[Decision]`: a validated answer, then prose with no retry left."""
+
+    def test_the_decision_then_no_output_by_name(self) -> None:
+        """The first run's output is the `Decision` the model gave; the second ends
+        `failed` without one, and `output_or_raise()` raised naming that end."""
+        example = load("typed_output")
+        answered, prose, error = example.main()
+        assert_end_state(answered, "finished")
+        assert answered.output == example.Decision(
+            verdict="approve", reason="Airport taxis are covered."
+        )
+        assert_end_state(prose, "failed")
+        assert prose.output is None
+        assert error.startswith(f"{prose.run_id} ended in failed without a typed output")
+
+
 class TestResearchTeam:
     """A lead with two sub-agents: one answers, one waits for approval, then both finish."""
 

@@ -38,7 +38,7 @@ from statemachine_agent import (
 )
 from statemachine_agent.agent import options as options_module
 from statemachine_agent.agent._parts import AgentParts, deps_for
-from statemachine_agent.agent.options import OPTIONS, Given, given, keys_of
+from statemachine_agent.agent.options import OPTIONS, Given, OptionOutputT, given, keys_of
 from statemachine_agent.testing import FakeAnthropicServer, replies
 from statemachine_agent.tools.output import OUTPUT_TOOL
 
@@ -101,11 +101,15 @@ class TestOneDeclaration:
 
     def test_defaults_and_docs_cover_exactly_the_declared_keys(self) -> None:
         """`Given` (the defaults) and `OPTIONS` (the docs) name every key, and only those,
-        with the same types as the TypedDicts."""
+        with the same types as the TypedDicts (`output_type`'s is the families' type
+        parameter, whose default, `Any`, is what `Given` holds)."""
         declared: dict[str, str] = {}
         for family in FAMILIES.values():
             for key, hint in family.__annotations__.items():
                 declared[key] = hint.__forward_arg__
+        assert declared["output_type"] == OptionOutputT.__name__
+        assert OptionOutputT.__default__ is Any
+        declared["output_type"] = "Any"
         assert {f.name: f.type for f in dataclasses.fields(Given)} == declared
         assert set(OPTIONS) == set(declared)
 

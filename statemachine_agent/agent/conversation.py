@@ -14,6 +14,11 @@ process carries on where it stopped. Each entry holds only what the turn
 changed in the history, so the log grows with the conversation, not its square.
 A turn holds the store's lease on that key while it runs (in a store that leases),
 so one turn runs at a time, whichever process takes it.
+
+A conversation is generic in its agent's output type, as the agent is: the turns
+of a `Conversation(Agent(model, output_type=Decision))` return
+`RunResult[Decision]`; a turn's own `output_type=` types that turn's result as
+`Agent.run`'s does.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Unpack
+from typing import Any, Generic, Self, TypeVar, Unpack, overload
 
 from statemachine_agent.agent import Agent, new_run_id
 from statemachine_agent.agent.options import Given, RunOptions, TurnOptions, documented, given
@@ -29,13 +34,15 @@ from statemachine_agent.blocking import run_blocking
 from statemachine_agent.errors import Error
 from statemachine_agent.machine.cancel import CancelToken
 from statemachine_agent.machine.ids import check_conversation_id
-from statemachine_agent.machine.result import RunResult
+from statemachine_agent.machine.result import OutputT, RunResult
 from statemachine_agent.models.base import JSON
 from statemachine_agent.persistence.base import Checkpointer, LeasingCheckpointer
 from statemachine_agent.persistence.lease import take_lease
 from statemachine_agent.policy.approval import Decision, check_decisions
 from statemachine_agent.stream.events import StreamEvent
 from statemachine_agent.stream.run import iter_sync
+
+U = TypeVar("U")
 
 _KEY = "conversation:{}"
 _KIND = "conversation.turn"
@@ -90,12 +97,13 @@ class _Turn:
         )
 
 
-class Conversation:
-    """Turns of a chat with one agent, sharing one history."""
+class Conversation(Generic[OutputT]):
+    """Turns of a chat with one agent, sharing one history (its turns' results typed
+    as the agent's: a `RunResult[OutputT]`)."""
 
     def __init__(
         self,
-        agent: Agent,
+        agent: Agent[OutputT],
         history: list[JSON] | None = None,
         *,
         conversation_id: str | None = None,
@@ -108,7 +116,7 @@ class Conversation:
         """
         self.agent = agent
         self.history: list[JSON] = list(history or [])
-        self.results: list[RunResult] = []
+        self.results: list[RunResult[OutputT]] = []
         self.ended = False
         """Set when the model called `end_chat`."""
         self.conversation_id = conversation_id
@@ -118,8 +126,6 @@ class Conversation:
         """Every entry of the stored log, in order, as this object last read it."""
         self._paused: str | None = None
         """The run id of a turn waiting for approval."""
-        self._current: str | None = None
-        """The run id of the turn running now in this process (what `steer` adds to)."""
         if conversation_id is not None:
             store = _store(agent, conversation_id)
             if list(store.bodies(_KEY.format(conversation_id))):
@@ -129,7 +135,7 @@ class Conversation:
                 )
 
     @classmethod
-    def open(cls, agent: Agent, conversation_id: str) -> Conversation:
+    def open(cls, agent: Agent[OutputT], conversation_id: str) -> Self:
         """The stored conversation `conversation_id`, ready for its next turn (in any
         process with the same store); a new, empty one if none is stored yet."""
         store = _store(agent, conversation_id)
@@ -150,14 +156,28 @@ class Conversation:
             return sum(turn.iterations for turn in self._stored)
         return sum(result.iterations for result in self.results)
 
+    @overload
+    def send(self, text: str, **options: Unpack[TurnOptions[None]]) -> RunResult[OutputT]: ...
+    @overload
+    def send(self, text: str, **options: Unpack[TurnOptions[type[U]]]) -> RunResult[U]: ...
+    @overload
+    def send(self, text: str, **options: Unpack[TurnOptions]) -> RunResult[Any]: ...
     @documented(TurnOptions)
-    def send(self, text: str, **options: Unpack[TurnOptions]) -> RunResult:
+    def send(self, text: str, **options: Unpack[TurnOptions]) -> RunResult[Any]:
         """Run one turn (blocking); see `asend`."""
         given("Conversation.send", options, TurnOptions)
         return run_blocking(self.asend(text, **options))
 
+    @overload
+    async def asend(
+        self, text: str, **options: Unpack[TurnOptions[None]]
+    ) -> RunResult[OutputT]: ...
+    @overload
+    async def asend(self, text: str, **options: Unpack[TurnOptions[type[U]]]) -> RunResult[U]: ...
+    @overload
+    async def asend(self, text: str, **options: Unpack[TurnOptions]) -> RunResult[Any]: ...
     @documented(TurnOptions)
-    async def asend(self, text: str, **options: Unpack[TurnOptions]) -> RunResult:
+    async def asend(self, text: str, **options: Unpack[TurnOptions]) -> RunResult[Any]:
         """Run one turn: the machine once, over the shared history; the options are the
         turn's run's (see `Agent.arun`), except `wait`, which is the conversation's.
 
@@ -168,16 +188,25 @@ class Conversation:
         turn = given("Conversation.asend", options, TurnOptions)
         async with self._leased(turn.wait):
             self._check_open()
-            try:
-                result = await self.agent.arun(text, **self._run_options(turn))
-            finally:
-                self._current = None
+            result = await self.agent.arun(text, **self._run_options(turn))
             return self._keep(result)
 
+    @overload
+    def astream(
+        self, text: str, **options: Unpack[TurnOptions[None]]
+    ) -> AsyncIterator[StreamEvent[OutputT]]: ...
+    @overload
+    def astream(
+        self, text: str, **options: Unpack[TurnOptions[type[U]]]
+    ) -> AsyncIterator[StreamEvent[U]]: ...
+    @overload
+    def astream(
+        self, text: str, **options: Unpack[TurnOptions]
+    ) -> AsyncIterator[StreamEvent[Any]]: ...
     @documented(TurnOptions)
     async def astream(
         self, text: str, **options: Unpack[TurnOptions]
-    ) -> AsyncIterator[StreamEvent]:
+    ) -> AsyncIterator[StreamEvent[Any]]:
         """Run one turn, handing out its events as `Agent.astream` does; the turn is kept
         (in `results` and the history) when its run ends, even if the stream is left early.
         Leased as `asend` is, for as long as the stream lasts."""
@@ -189,51 +218,34 @@ class Conversation:
                 async for event in stream:
                     yield event
             finally:
-                self._current = None
                 await stream.aclose()
                 if stream.result is not None:
                     self._keep(stream.result)
 
+    @overload
+    def stream(
+        self, text: str, **options: Unpack[TurnOptions[None]]
+    ) -> Iterator[StreamEvent[OutputT]]: ...
+    @overload
+    def stream(
+        self, text: str, **options: Unpack[TurnOptions[type[U]]]
+    ) -> Iterator[StreamEvent[U]]: ...
+    @overload
+    def stream(self, text: str, **options: Unpack[TurnOptions]) -> Iterator[StreamEvent[Any]]: ...
     @documented(TurnOptions)
-    def stream(self, text: str, **options: Unpack[TurnOptions]) -> Iterator[StreamEvent]:
+    def stream(self, text: str, **options: Unpack[TurnOptions]) -> Iterator[StreamEvent[Any]]:
         """`astream` for synchronous code."""
         given("Conversation.stream", options, TurnOptions)
         token = options.get("cancel") or CancelToken()
         turn: TurnOptions = {**options, "cancel": token}
         return iter_sync(lambda: self.astream(text, **turn), token)
 
-    def steer(self, text: str, *, by: str | None = None) -> int | RunResult:
-        """Add a user message to the conversation as it goes.
-
-        While a turn runs (in this process) the message is steered into that turn's run
-        (`Agent.steer`: delivered at its next `perceive`) and its number in the run's
-        queue returned; a turn paused for approval gets it when it is resumed. When no
-        turn is going (the last one ended, or none began) there is no run to steer: the
-        message starts the next turn, as `send(text)` would (with `by` in the turn's
-        metadata as `steered_by`), and that turn's `RunResult` is returned. A message
-        steered while a turn is finishing its last reply may come too late for it
-        (`RunAlreadyEndedError`); send it as the next turn then.
-        """
-        running = self._current or self._paused
-        if running is not None:
-            return self.agent.steer(running, text, by=by)
-        return self.send(text, **_steered_by(by))
-
-    async def asteer(self, text: str, *, by: str | None = None) -> int | RunResult:
-        """`steer` from async code."""
-        running = self._current or self._paused
-        if running is not None:
-            return await self.agent.asteer(running, text, by=by)
-        return await self.asend(text, **_steered_by(by))
-
     def _run_options(self, turn: Given) -> RunOptions:
         """A turn's options as its run's: on the shared history, under the next turn's
-        run id (the conversation's `wait` is for its own lease, taken already), which
-        `steer` adds to while the turn runs."""
-        self._current = self._next_run_id() or new_run_id()
+        run id (the conversation's `wait` is for its own lease, taken already)."""
         return {
             "history": self.history,
-            "run_id": self._current,
+            "run_id": self._next_run_id(),
             "cancel": turn.cancel,
             "deadline": turn.deadline,
             "output_type": turn.output_type,
@@ -254,10 +266,22 @@ class Conversation:
             return None
         return f"{self.conversation_id}.turn-{len(self._stored) + 1}-{new_run_id()[4:12]}"
 
+    @overload
+    async def aresume(
+        self, decisions: Mapping[str, Decision], **options: Unpack[TurnOptions[None]]
+    ) -> RunResult[OutputT]: ...
+    @overload
+    async def aresume(
+        self, decisions: Mapping[str, Decision], **options: Unpack[TurnOptions[type[U]]]
+    ) -> RunResult[U]: ...
+    @overload
+    async def aresume(
+        self, decisions: Mapping[str, Decision], **options: Unpack[TurnOptions]
+    ) -> RunResult[Any]: ...
     @documented(TurnOptions)
     async def aresume(
         self, decisions: Mapping[str, Decision], **options: Unpack[TurnOptions]
-    ) -> RunResult:
+    ) -> RunResult[Any]:
         """Finish a turn that paused for approval (the agent needs a checkpointer) with
         `decisions` by pending tool_use id; leased as `asend` is."""
         turn = given("Conversation.aresume", options, TurnOptions)
@@ -280,10 +304,22 @@ class Conversation:
             )
             return self._keep(result, resuming=True)
 
+    @overload
+    def resume(
+        self, decisions: Mapping[str, Decision], **options: Unpack[TurnOptions[None]]
+    ) -> RunResult[OutputT]: ...
+    @overload
+    def resume(
+        self, decisions: Mapping[str, Decision], **options: Unpack[TurnOptions[type[U]]]
+    ) -> RunResult[U]: ...
+    @overload
+    def resume(
+        self, decisions: Mapping[str, Decision], **options: Unpack[TurnOptions]
+    ) -> RunResult[Any]: ...
     @documented(TurnOptions)
     def resume(
         self, decisions: Mapping[str, Decision], **options: Unpack[TurnOptions]
-    ) -> RunResult:
+    ) -> RunResult[Any]:
         """Finish a turn that paused for approval (blocking); see `aresume`."""
         given("Conversation.resume", options, TurnOptions)
         check_decisions(decisions)
@@ -309,7 +345,7 @@ class Conversation:
         finally:
             store.release(lease)
 
-    def _keep(self, result: RunResult, *, resuming: bool = False) -> RunResult:
+    def _keep(self, result: RunResult[Any], *, resuming: bool = False) -> RunResult[Any]:
         self.results.append(result)
         before = self.history
         paused = result.end_state == "awaiting_approval"
@@ -323,7 +359,7 @@ class Conversation:
 
     # -- the stored log ------------------------------------------------------
 
-    def _store_turn(self, result: RunResult, before: list[JSON], *, resuming: bool) -> None:
+    def _store_turn(self, result: RunResult[Any], before: list[JSON], *, resuming: bool) -> None:
         keep = _common_prefix(before, self.history)
         number = len(self._stored) + (0 if resuming else 1)
         turn = _Turn(
@@ -381,12 +417,7 @@ class Conversation:
         return [b for b in store.bodies(self._key) if b.get("kind") == _KIND]
 
 
-def _steered_by(by: str | None) -> TurnOptions:
-    """The options of a turn a steered message starts: who sent it, in its metadata."""
-    return {} if by is None else {"metadata": {"steered_by": by}}
-
-
-def _store(agent: Agent, conversation_id: str) -> Checkpointer:
+def _store(agent: Agent[Any], conversation_id: str) -> Checkpointer:
     check_conversation_id(conversation_id)
     if agent.checkpointer is None:
         raise ValueError(

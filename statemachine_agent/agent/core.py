@@ -10,6 +10,15 @@ run's record, `_resume` a stored run ready to go on, and `_driving` drives a run
 (its lease, its audit trail, the engine). They take the agent's `AgentParts`
 (`_parts`), built once here, never the agent. The per-run keywords of every entry
 point are declared once, in `options` (`RunOptions`, `ResumeOptions`).
+
+An agent is generic in its output type, for the type checker only (nothing
+changes at run time): `Agent(model, output_type=Decision)` is an
+`Agent[Decision]`, whose runs return `RunResult[Decision]` (and whose streams end
+with one); `Agent(model)` is an `Agent[None]`, whose results' `output` is `None`;
+a JSON schema dict gives an `Agent[dict[str, Any]]`, any other output type (a
+union, `list[int]`) an `Agent[Any]`. The agent's own `output_type` drives the
+static type; a per-run `output_type=` override types that run's result by the
+override instead (a class `U`: `RunResult[U]`; anything else: `RunResult[Any]`).
 """
 
 from __future__ import annotations
@@ -18,10 +27,10 @@ import asyncio
 import dataclasses
 import functools
 import inspect
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from os import PathLike
 from types import MappingProxyType
-from typing import Any, Literal, Unpack
+from typing import Any, Generic, Literal, Self, TypedDict, TypeVar, Unpack, overload
 
 from statemachine_agent.agent import _driving, _fork, _steering
 from statemachine_agent.agent._building import (
@@ -46,7 +55,7 @@ from statemachine_agent.effects.base import Effects, InProcessEffects
 from statemachine_agent.machine.cancel import CancelToken
 from statemachine_agent.machine.engine import Engine
 from statemachine_agent.machine.phase_env import AgentDeps
-from statemachine_agent.machine.result import RunResult
+from statemachine_agent.machine.result import OutputT, RunResult
 from statemachine_agent.machine.settings import RunSettings
 from statemachine_agent.models.base import DEFAULT_MAX_TOKENS, JSON, Model
 from statemachine_agent.persistence.base import Checkpointer, MemoryCheckpointer
@@ -70,8 +79,41 @@ DEFAULT_STALL = StallPolicy()
 Storage = Checkpointer | str | PathLike[str] | Literal[False] | None
 """What `Agent(checkpointer=...)` takes; `resolve_checkpointer` says what each form means."""
 
+Tools = Iterable[Tool | Toolset | Callable[..., Any]] | ToolRegistry
+"""What `Agent(tools=...)` takes."""
 
-class Agent:
+Prompt = str | Sequence[JSON]
+"""What a run starts from: a user message's text, or its content blocks."""
+
+U = TypeVar("U")
+
+
+class _Settings(TypedDict, total=False):
+    """The constructor's keyword-only settings but `output_type`, for its overloads
+    (which differ only in `output_type`); a test keeps it equal to the signature."""
+
+    name: str
+    budget: Budget | None
+    stall: StallPolicy | None
+    context: ContextPolicy | None
+    reflection: ReflectionPolicy | None
+    verify: VerifyPolicy | Verifier | None
+    approval: ApprovalPolicy | None
+    taint: TaintPolicy | None
+    checkpointer: Storage
+    audit: Audit | str | PathLike[str] | None
+    max_tokens: int
+    max_continuations: int
+    output_retries: int
+    fallback_models: Sequence[Model | str]
+    summary_model: Model | str | None
+    request_options: Mapping[str, Any] | None
+    cache_prompt: bool
+    prices: Mapping[str, Price] | None
+    effects: Effects | None
+
+
+class Agent(Generic[OutputT]):
     """An agent loop with its model, tools, limits and audit trail.
 
     Every setting is stored once and read through a read-only property named as
@@ -88,10 +130,50 @@ class Agent:
         "_verify",
     )
 
+    @overload
+    def __init__(
+        self: Agent[None],
+        model: Model | str,
+        tools: Tools = (),
+        system: str | None = None,
+        *,
+        output_type: None = None,
+        **settings: Unpack[_Settings],
+    ) -> None: ...
+    @overload
+    def __init__(
+        self: Agent[U],
+        model: Model | str,
+        tools: Tools = (),
+        system: str | None = None,
+        *,
+        output_type: type[U],
+        **settings: Unpack[_Settings],
+    ) -> None: ...
+    @overload
+    def __init__(
+        self: Agent[dict[str, Any]],
+        model: Model | str,
+        tools: Tools = (),
+        system: str | None = None,
+        *,
+        output_type: Mapping[str, Any],
+        **settings: Unpack[_Settings],
+    ) -> None: ...
+    @overload
+    def __init__(
+        self: Agent[Any],
+        model: Model | str,
+        tools: Tools = (),
+        system: str | None = None,
+        *,
+        output_type: object,
+        **settings: Unpack[_Settings],
+    ) -> None: ...
     def __init__(
         self,
         model: Model | str,
-        tools: Iterable[Tool | Toolset | Callable[..., Any]] | ToolRegistry = (),
+        tools: Tools = (),
         system: str | None = None,
         *,
         name: str = "agent",
@@ -241,13 +323,14 @@ class Agent:
     def __delattr__(self, name: str) -> None:
         raise AttributeError(_read_only(name))
 
-    def replace(self, **changes: Any) -> Agent:
+    def replace(self, **changes: Any) -> Agent[Any]:
         """A new agent with `changes` applied to this one's settings (like
         `dataclasses.replace`); this agent is left as it was.
 
         Unchanged settings are shared, not copied: the same model, tool registry,
         sinks and checkpointer (so the new agent can resume this one's runs).
-        Unknown names raise `TypeError`, naming them.
+        Unknown names raise `TypeError`, naming them. The new agent is an `Agent[Any]`
+        to a type checker (`changes` may hold a new `output_type`): annotate it.
         """
         unknown = sorted(set(changes) - set(SETTINGS))
         if unknown:
@@ -272,7 +355,7 @@ class Agent:
         """
         await self.tools.aclose()
 
-    async def __aenter__(self) -> Agent:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -286,7 +369,7 @@ class Agent:
         """
         run_blocking(self.aclose())
 
-    def __enter__(self) -> Agent:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -409,8 +492,14 @@ class Agent:
         anything shown or written outside the audit trail (a CLI's answer, a UI)."""
         return self._parts.redactor.redact(value)
 
+    @overload
+    def run(self, prompt: Prompt, **options: Unpack[RunOptions[None]]) -> RunResult[OutputT]: ...
+    @overload
+    def run(self, prompt: Prompt, **options: Unpack[RunOptions[type[U]]]) -> RunResult[U]: ...
+    @overload
+    def run(self, prompt: Prompt, **options: Unpack[RunOptions]) -> RunResult[Any]: ...
     @documented(RunOptions)
-    def run(self, prompt: str | Sequence[JSON], **options: Unpack[RunOptions]) -> RunResult:
+    def run(self, prompt: Prompt, **options: Unpack[RunOptions]) -> RunResult[Any]:
         """Run to an end state and return its result (blocking); see `arun`.
 
         Safe to call where an event loop is already running (a notebook, a
@@ -419,8 +508,18 @@ class Agent:
         given("Agent.run", options, RunOptions)
         return run_blocking(self.arun(prompt, **options))
 
+    @overload
+    async def arun(
+        self, prompt: Prompt, **options: Unpack[RunOptions[None]]
+    ) -> RunResult[OutputT]: ...
+    @overload
+    async def arun(
+        self, prompt: Prompt, **options: Unpack[RunOptions[type[U]]]
+    ) -> RunResult[U]: ...
+    @overload
+    async def arun(self, prompt: Prompt, **options: Unpack[RunOptions]) -> RunResult[Any]: ...
     @documented(RunOptions)
-    async def arun(self, prompt: str | Sequence[JSON], **options: Unpack[RunOptions]) -> RunResult:
+    async def arun(self, prompt: Prompt, **options: Unpack[RunOptions]) -> RunResult[Any]:
         """Run to an end state and return its result.
 
         A given `run_id` is leased in the store while the run is driven: another
@@ -437,8 +536,16 @@ class Agent:
         finally:
             _driving.release(self.checkpointer, lease)
 
+    @overload
+    def astream(
+        self, prompt: Prompt, **options: Unpack[RunOptions[None]]
+    ) -> RunStream[OutputT]: ...
+    @overload
+    def astream(self, prompt: Prompt, **options: Unpack[RunOptions[type[U]]]) -> RunStream[U]: ...
+    @overload
+    def astream(self, prompt: Prompt, **options: Unpack[RunOptions]) -> RunStream[Any]: ...
     @documented(RunOptions)
-    def astream(self, prompt: str | Sequence[JSON], **options: Unpack[RunOptions]) -> RunStream:
+    def astream(self, prompt: Prompt, **options: Unpack[RunOptions]) -> RunStream[Any]:
         """Run, handing out its events as they happen (`async for event in agent.astream(...)`).
 
         The events (`statemachine_agent.stream.events`, JSON forms in docs/events.md):
@@ -451,10 +558,20 @@ class Agent:
         """
         return self._streamer("Agent.astream", prompt, options)()
 
-    @documented(RunOptions)
+    @overload
     def stream(
-        self, prompt: str | Sequence[JSON], **options: Unpack[RunOptions]
-    ) -> Iterator[StreamEvent]:
+        self, prompt: Prompt, **options: Unpack[RunOptions[None]]
+    ) -> Iterator[StreamEvent[OutputT]]: ...
+    @overload
+    def stream(
+        self, prompt: Prompt, **options: Unpack[RunOptions[type[U]]]
+    ) -> Iterator[StreamEvent[U]]: ...
+    @overload
+    def stream(
+        self, prompt: Prompt, **options: Unpack[RunOptions]
+    ) -> Iterator[StreamEvent[Any]]: ...
+    @documented(RunOptions)
+    def stream(self, prompt: Prompt, **options: Unpack[RunOptions]) -> Iterator[StreamEvent[Any]]:
         """`astream` for synchronous code: the run goes on a worker thread's event loop."""
         token = options.get("cancel") or CancelToken()
         return iter_sync(
@@ -462,8 +579,8 @@ class Agent:
         )
 
     def _streamer(
-        self, where: str, prompt: str | Sequence[JSON], options: Mapping[str, Any]
-    ) -> Callable[[], RunStream]:
+        self, where: str, prompt: Prompt, options: Mapping[str, Any]
+    ) -> Callable[[], RunStream[Any]]:
         """What makes the run's stream, its record made (and checked) already: a bad
         option or id raises here, in the caller, before anything streams."""
         opts = given(where, options, RunOptions)
@@ -473,8 +590,14 @@ class Agent:
                                  wait=opts.wait, deps=deps_for(self._parts, opts.output_type),
                                  host_deps=opts.deps)  # fmt: skip
 
+    @overload
+    def start(self, prompt: Prompt, **options: Unpack[RunOptions[None]]) -> RunHandle[OutputT]: ...
+    @overload
+    def start(self, prompt: Prompt, **options: Unpack[RunOptions[type[U]]]) -> RunHandle[U]: ...
+    @overload
+    def start(self, prompt: Prompt, **options: Unpack[RunOptions]) -> RunHandle[Any]: ...
     @documented(RunOptions)
-    def start(self, prompt: str | Sequence[JSON], **options: Unpack[RunOptions]) -> RunHandle:
+    def start(self, prompt: Prompt, **options: Unpack[RunOptions]) -> RunHandle[Any]:
         """Start a run as an asyncio task and return a handle to cancel or await it.
 
         The handle cancels through the run's `cancel` token (a new one unless given)
@@ -487,14 +610,30 @@ class Agent:
         task = asyncio.ensure_future(self.arun(prompt, **started))
         return RunHandle(handle_id, token, task)
 
+    @overload
+    def resume(self, run_id: str, **options: Unpack[ResumeOptions[None]]) -> RunResult[OutputT]: ...
+    @overload
+    def resume(self, run_id: str, **options: Unpack[ResumeOptions[type[U]]]) -> RunResult[U]: ...
+    @overload
+    def resume(self, run_id: str, **options: Unpack[ResumeOptions]) -> RunResult[Any]: ...
     @documented(ResumeOptions)
-    def resume(self, run_id: str, **options: Unpack[ResumeOptions]) -> RunResult:
+    def resume(self, run_id: str, **options: Unpack[ResumeOptions]) -> RunResult[Any]:
         """Continue a checkpointed run (blocking); see `aresume`."""
         check_decisions(given("Agent.resume", options, ResumeOptions).decisions)
         return run_blocking(self.aresume(run_id, **options))
 
+    @overload
+    async def aresume(
+        self, run_id: str, **options: Unpack[ResumeOptions[None]]
+    ) -> RunResult[OutputT]: ...
+    @overload
+    async def aresume(
+        self, run_id: str, **options: Unpack[ResumeOptions[type[U]]]
+    ) -> RunResult[U]: ...
+    @overload
+    async def aresume(self, run_id: str, **options: Unpack[ResumeOptions]) -> RunResult[Any]: ...
     @documented(ResumeOptions)
-    async def aresume(self, run_id: str, **options: Unpack[ResumeOptions]) -> RunResult:
+    async def aresume(self, run_id: str, **options: Unpack[ResumeOptions]) -> RunResult[Any]:
         """Continue a run from its last checkpoint, in this process or any other.
 
         A run that crashed carries on from the state it was in; one waiting for
@@ -618,10 +757,13 @@ class Agent:
         return agent_tool(self, self._parts, _driving.drive, name=name, description=description)
 
 
-class RunHandle:
-    """A run started with `Agent.start`: cancel it, or await its result."""
+class RunHandle(Generic[OutputT]):
+    """A run started with `Agent.start`: cancel it, or await its result (a
+    `RunResult[OutputT]`, typed as the run's)."""
 
-    def __init__(self, run_id: str, token: CancelToken, task: asyncio.Future[RunResult]) -> None:
+    def __init__(
+        self, run_id: str, token: CancelToken, task: asyncio.Future[RunResult[OutputT]]
+    ) -> None:
         self.run_id = run_id
         self._token = token
         self._task = task
@@ -630,10 +772,10 @@ class RunHandle:
         """Stop at the next transition boundary; the result ends in `cancelled`."""
         self._token.cancel()
 
-    async def result(self) -> RunResult:
+    async def result(self) -> RunResult[OutputT]:
         return await self._task
 
-    def __await__(self) -> Any:
+    def __await__(self) -> Generator[Any, None, RunResult[OutputT]]:
         return self._task.__await__()
 
 

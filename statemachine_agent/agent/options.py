@@ -8,6 +8,15 @@ the history and names the run). A type checker reads each keyword's type from
 here, so a misspelled option is caught before the code runs; at run time
 `given` checks the keys (an unknown one raises `TypeError` naming it, as Python
 does) and fills in the defaults, declared once on `Given`.
+
+The families are generic in the type of their `output_type` option, so the
+entry points can type their result by it: without the option (or with `None`)
+a run's result has the agent's own output type (`RunResult[T]` for an
+`Agent[T]`); with a class `U` it is a `RunResult[U]`; with anything else (a JSON
+schema dict, a union) a `RunResult[Any]`. A bare `RunOptions` means
+`RunOptions[Any]`, so options kept in a variable so annotated type the result
+`Any`; annotate it `RunOptions[None]` (no `output_type` in it) to keep the
+agent's type.
 """
 
 from __future__ import annotations
@@ -17,7 +26,9 @@ import inspect
 import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypedDict, TypeVar
+
+import typing_extensions
 
 if TYPE_CHECKING:
     from statemachine_agent.machine.cancel import CancelToken
@@ -35,7 +46,8 @@ OPTIONS: Mapping[str, str] = {
     "decisions": "for a run awaiting approval, a `Decision` (`Approve()`, "
     "`Deny(message)`, `Edit(input)`) by pending tool_use id.",
     "output_type": "the answer's type for this run, over the agent's own (pass it "
-    "again when resuming the run).",
+    "again when resuming the run); a class `U` types the result `RunResult[U]`, "
+    "anything else (a JSON schema dict) `RunResult[Any]`.",
     "deps": "any object (a user, a database handle) handed to every tool that declares "
     "a `RunContext` parameter; never stored, so pass it again to resume.",
     "metadata": "JSON (tenant, user, request id) for the tools too, stamped on every "
@@ -46,12 +58,17 @@ OPTIONS: Mapping[str, str] = {
 """What each option means: the one text the families' and entry points' docs show."""
 
 
-class TurnOptions(TypedDict, total=False):
+OptionOutputT = typing_extensions.TypeVar("OptionOutputT", default=Any)
+"""The type of the `output_type` option (`type[U]`, `None`, ...): what the entry
+points' overloads read the result's type from."""
+
+
+class TurnOptions(TypedDict, Generic[OptionOutputT], total=False):
     """The options of one run, however it starts (a conversation's turn takes these)."""
 
     cancel: CancelToken | None
     deadline: float | None
-    output_type: Any
+    output_type: OptionOutputT
     deps: Any
     metadata: Mapping[str, Any] | None
     wait: float
@@ -59,7 +76,7 @@ class TurnOptions(TypedDict, total=False):
 
 # `TypedDict` named again: on Python < 3.12 a TypedDict subclass's __mro__ drops its
 # TypedDict bases, and the API reference (pdoc) then cannot tell where each key comes from.
-class RunOptions(TurnOptions, TypedDict, total=False):
+class RunOptions(TurnOptions[OptionOutputT], TypedDict, total=False):
     """The options of a fresh run (`Agent.run`, `arun`, `stream`, `astream`, `start`)."""
 
     history: Sequence[JSON]
@@ -68,7 +85,7 @@ class RunOptions(TurnOptions, TypedDict, total=False):
 
 # `TypedDict` named again: on Python < 3.12 a TypedDict subclass's __mro__ drops its
 # TypedDict bases, and the API reference (pdoc) then cannot tell where each key comes from.
-class ResumeOptions(TurnOptions, TypedDict, total=False):
+class ResumeOptions(TurnOptions[OptionOutputT], TypedDict, total=False):
     """The options of a resumed run (`Agent.resume`, `aresume`)."""
 
     decisions: Mapping[str, Decision] | None

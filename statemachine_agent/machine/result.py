@@ -1,20 +1,54 @@
-"""What a run hands back: how it ended, what it produced and how it got there."""
+"""What a run hands back: how it ended, what it produced and how it got there.
+
+`RunResult` is generic in the agent's output type, so a type checker knows what
+`result.output` holds: `Agent(model, output_type=Decision).run(...)` returns a
+`RunResult[Decision]`, whose `output` is `Decision | None`. The `None` is honest,
+not a formality: a run returns its end state rather than raising, so `output` is
+set only when the run ended `ok` with a validated answer (a budget, a refusal or
+exhausted output retries end without one). `output_or_raise()` is for code that
+needs the value: it is typed `Decision`, and raises `NoOutputError` (naming the
+end state and its reason) when there is none.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic
 
+from typing_extensions import TypeVar
+
+from statemachine_agent.errors import Error
 from statemachine_agent.machine.ends import SUCCESS_STATES, EndState
 from statemachine_agent.machine.run import TransitionRecord
 from statemachine_agent.models.base import JSON, Usage
 from statemachine_agent.policy.approval import ApprovalRecord
 
+OutputT = TypeVar("OutputT", covariant=True, default=Any)
+"""The type of a run's typed answer (`Agent(output_type=...)`): `None` for an agent
+without one, `dict[str, Any]` for a JSON schema. Its default, `Any`, is what a bare
+`RunResult` or `Agent` annotation means, so code that never sets an output type
+needs no type arguments; covariant, since a result only hands its output out."""
+
+
+class NoOutputError(Error, LookupError):
+    """`RunResult.output_or_raise()` found no typed answer: the run ended without a
+    validated one (its end state and reason are in the message and on `result`)."""
+
+    def __init__(self, result: RunResult[Any]) -> None:
+        super().__init__(
+            f"{result.run_id} ended in {result.end_state} without a typed output; "
+            f"its reason: {result.reason}"
+        )
+        self.result = result
+
 
 @dataclass(frozen=True, slots=True)
-class RunResult:
-    """The outcome of one run, built by the handler of the end state it reached."""
+class RunResult(Generic[OutputT]):
+    """The outcome of one run, built by the handler of the end state it reached.
+
+    `OutputT` is the type of `output`, the agent's `output_type` (see the module's
+    docstring)."""
 
     end_state: EndState
     """The named end state (`completed`, `finished`, `budget_exhausted`, ...)."""
@@ -42,9 +76,11 @@ class RunResult:
     details: dict[str, Any] | None = None
     """End-state specific facts: error status and request id, refusal details, ..."""
     chat_ended: bool = False
-    output: Any = None
-    """The typed answer (an instance of the run's `output_type`), when it has one."""
     """The model called `end_chat`: a `Conversation` stops after this turn."""
+    output: OutputT | None = None
+    """The typed answer (an instance of the run's `output_type`): set only when the
+    run ended `ok` with a validated answer, otherwise `None`; `output_or_raise()`
+    returns it or raises `NoOutputError`."""
     approvals: tuple[ApprovalRecord, ...] = field(default=(), repr=False)
     """Every approval decision of the run, in order (a resumed run's earlier ones too):
     who decided, when, and how long the call waited."""
@@ -56,6 +92,17 @@ class RunResult:
         if self.end_state == "finished" and isinstance(self.data, dict):
             return bool(self.data.get("status", "completed") == "completed")
         return self.end_state in SUCCESS_STATES
+
+    def output_or_raise(self) -> OutputT:
+        """The typed answer, for code that cannot go on without it.
+
+        Raises `NoOutputError` (a `LookupError`) naming the end state and its reason
+        when the run ended without a validated answer, so a service can turn that
+        into its own error instead of meeting `None` later.
+        """
+        if self.output is None:
+            raise NoOutputError(self)
+        return self.output
 
     @property
     def path(self) -> list[str]:

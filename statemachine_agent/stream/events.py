@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Generic, Literal
 
-from statemachine_agent.machine.result import RunResult
+from statemachine_agent.machine.result import OutputT, RunResult
 from statemachine_agent.persistence.codec import to_plain
 
 EventType = Literal[
@@ -137,11 +137,11 @@ class Transition:
 
 
 @dataclass(frozen=True, slots=True)
-class RunEnded:
-    """The last event: the run's result."""
+class RunEnded(Generic[OutputT]):
+    """The last event: the run's result (typed as the agent's: a `RunResult[OutputT]`)."""
 
     run_id: str
-    result: RunResult
+    result: RunResult[OutputT]
     type: Literal["run_ended"] = field(default="run_ended", init=False)
 
 
@@ -154,8 +154,11 @@ StreamEvent = (
     | ReplyRestarted
     | ToolResult
     | Transition
-    | RunEnded
+    | RunEnded[OutputT]
 )
+"""Any event of a streamed run, generic in the output type its closing `RunEnded`
+carries (`agent.stream(...)` of an `Agent[T]` yields `StreamEvent[T]`; a bare
+`StreamEvent` means `StreamEvent[Any]`)."""
 
 
 def to_json(event: StreamEvent) -> dict[str, Any]:

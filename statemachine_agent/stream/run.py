@@ -15,12 +15,11 @@ import queue
 import threading
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
 from types import TracebackType
-from typing import Any, NoReturn, Self, cast
+from typing import Any, Generic, NoReturn, Self, TypeVar, cast
 
 from statemachine_agent.machine.calls import STREAMED
 from statemachine_agent.machine.cancel import CancelToken
-from statemachine_agent.machine.result import RunResult
-from statemachine_agent.machine.resume import RunAlreadyEndedError
+from statemachine_agent.machine.result import OutputT, RunResult
 from statemachine_agent.models.streaming import ReplyDelta, listening
 from statemachine_agent.stream.events import (
     ReplyRestarted,
@@ -35,11 +34,8 @@ from statemachine_agent.stream.events import (
     Transition,
 )
 
-Start = Callable[["StreamTap", CancelToken], Coroutine[Any, Any, RunResult]]
+Start = Callable[["StreamTap", CancelToken], Coroutine[Any, Any, RunResult[OutputT]]]
 """Drives the run with the tap as an extra audit sink and the token as its cancel."""
-
-Steer = Callable[[str, "str | None"], int]
-"""Queues a message (text, sender) for the streamed run; returns its number."""
 
 
 class StreamTap:
@@ -119,8 +115,10 @@ class StreamTap:
 
 _DONE = object()
 
+T = TypeVar("T")
 
-def _redacted(result: RunResult, redact: Callable[[Any], Any]) -> RunResult:
+
+def _redacted(result: RunResult[OutputT], redact: Callable[[Any], Any]) -> RunResult[OutputT]:
     """The result as a `run_ended` event carries it: its texts and values masked as the
     audit masks them (the caller's own `RunResult`, `stream.result`, stays whole)."""
     return dataclasses.replace(
@@ -134,8 +132,10 @@ def _redacted(result: RunResult, redact: Callable[[Any], Any]) -> RunResult:
     )
 
 
-class RunStream:
+class RunStream(Generic[OutputT]):
     """`agent.astream(...)`: an async iterator of a run's events, `RunEnded` last.
+
+    Generic in the agent's output type, which its `RunEnded` and `result` carry.
 
     The run starts at the first `__anext__`. Leaving early (`break`, an exception,
     `aclose()`, leaving `async with`) cancels it: it ends in `cancelled`, the text
@@ -146,23 +146,20 @@ class RunStream:
     def __init__(
         self,
         run_id: str,
-        start: Start,
+        start: Start[OutputT],
         cancel: CancelToken,
         redact: Callable[[Any], Any] = lambda value: value,
-        steer: Steer | None = None,
     ) -> None:
         """`redact` is the agent's audit redactor: every event handed out goes through it,
-        so a stream (sent to a browser, say) shows no more than the audit file does.
-        `steer` queues a message for the run (see `RunStream.steer`)."""
+        so a stream (sent to a browser, say) shows no more than the audit file does."""
         self.run_id = run_id
         self._start = start
         self._token = cancel
         self._redact = redact
-        self._steer = steer
         self._queue: asyncio.Queue[Any] = asyncio.Queue()
-        self._task: asyncio.Task[RunResult] | None = None
+        self._task: asyncio.Task[RunResult[OutputT]] | None = None
         self._ended = False
-        self.result: RunResult | None = None
+        self.result: RunResult[OutputT] | None = None
         """The run's result, once it ended."""
 
     def __aiter__(self) -> Self:
@@ -175,7 +172,7 @@ class RunStream:
             "agent.astream(...)`, or use `for event in agent.stream(...)` in synchronous code"
         )
 
-    async def __anext__(self) -> StreamEvent:
+    async def __anext__(self) -> StreamEvent[OutputT]:
         if self._ended:
             raise StopAsyncIteration
         if self._task is None:
@@ -187,30 +184,13 @@ class RunStream:
         self.result = await self._task
         return RunEnded(self.run_id, _redacted(self.result, self._redact))
 
-    async def _run(self) -> RunResult:
+    async def _run(self) -> RunResult[OutputT]:
         tap = StreamTap(self.run_id, self._queue.put_nowait, self._redact)
         try:
             with listening(tap.on_delta):
                 return await self._start(tap, self._token)
         finally:
             self._queue.put_nowait(_DONE)
-
-    def steer(self, text: str, *, by: str | None = None) -> int:
-        """Add a user message to the streamed run, as `Agent.steer` does: delivered at its
-        next `perceive` (whose `steering_waiting` transition shows on this stream).
-        Before the first event it goes in with the prompt. Returns its number in the
-        run's queue; once the run has ended, raises `RunAlreadyEndedError`."""
-        if self.result is not None or (self._task is not None and self._task.done()):
-            raise RunAlreadyEndedError(
-                f"run {self.run_id!r} has ended: a steered message would never be read"
-            )
-        if self._steer is None:
-            raise TypeError("this RunStream was made without a way to steer its run")
-        return self._steer(text, by)
-
-    async def asteer(self, text: str, *, by: str | None = None) -> int:
-        """`steer` from async code (the store is written on a worker thread)."""
-        return await asyncio.to_thread(self.steer, text, by=by)
 
     async def aclose(self) -> None:
         """Stop listening; a run still going is cancelled, and its end awaited."""
@@ -242,8 +222,8 @@ class RunStream:
 
 
 def iter_sync(
-    make: Callable[[], AsyncIterator[StreamEvent]], cancel: CancelToken
-) -> Iterator[StreamEvent]:
+    make: Callable[[], AsyncIterator[StreamEvent[T]]], cancel: CancelToken
+) -> Iterator[StreamEvent[T]]:
     """`agent.stream(...)`: the events of a run driven on a worker thread's event loop.
 
     `make` builds the async stream, whose run `cancel` cancels. Leaving the loop
