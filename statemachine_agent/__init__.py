@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from statemachine_agent.agent import Agent, RunHandle
+    from statemachine_agent.agent._fork import ForkPointError
     from statemachine_agent.agent.conversation import (
         Conversation,
         ConversationConflictError,
@@ -162,6 +163,7 @@ __all__ = [
     "Edit",
     "Effects",
     "Error",
+    "ForkPointError",
     "InvalidIdError",
     "JsonlSink",
     "LeasingCheckpointer",

@@ -126,6 +126,8 @@ class Conversation(Generic[OutputT]):
         """Every entry of the stored log, in order, as this object last read it."""
         self._paused: str | None = None
         """The run id of a turn waiting for approval."""
+        self._current: str | None = None
+        """The run id of the turn running now in this process (what `steer` adds to)."""
         if conversation_id is not None:
             store = _store(agent, conversation_id)
             if list(store.bodies(_KEY.format(conversation_id))):
@@ -188,7 +190,10 @@ class Conversation(Generic[OutputT]):
         turn = given("Conversation.asend", options, TurnOptions)
         async with self._leased(turn.wait):
             self._check_open()
-            result = await self.agent.arun(text, **self._run_options(turn))
+            try:
+                result = await self.agent.arun(text, **self._run_options(turn))
+            finally:
+                self._current = None
             return self._keep(result)
 
     @overload
@@ -218,6 +223,7 @@ class Conversation(Generic[OutputT]):
                 async for event in stream:
                     yield event
             finally:
+                self._current = None
                 await stream.aclose()
                 if stream.result is not None:
                     self._keep(stream.result)
@@ -240,12 +246,38 @@ class Conversation(Generic[OutputT]):
         turn: TurnOptions = {**options, "cancel": token}
         return iter_sync(lambda: self.astream(text, **turn), token)
 
+    def steer(self, text: str, *, by: str | None = None) -> int | RunResult[OutputT]:
+        """Add a user message to the conversation as it goes.
+
+        While a turn runs (in this process) the message is steered into that turn's run
+        (`Agent.steer`: delivered at its next `perceive`) and its number in the run's
+        queue returned; a turn paused for approval gets it when it is resumed. When no
+        turn is going (the last one ended, or none began) there is no run to steer: the
+        message starts the next turn, as `send(text)` would (with `by` in the turn's
+        metadata as `steered_by`), and that turn's `RunResult` is returned. A message
+        steered while a turn is finishing its last reply may come too late for it
+        (`RunAlreadyEndedError`); send it as the next turn then.
+        """
+        running = self._current or self._paused
+        if running is not None:
+            return self.agent.steer(running, text, by=by)
+        return self.send(text, **_steered_by(by))
+
+    async def asteer(self, text: str, *, by: str | None = None) -> int | RunResult[OutputT]:
+        """`steer` from async code."""
+        running = self._current or self._paused
+        if running is not None:
+            return await self.agent.asteer(running, text, by=by)
+        return await self.asend(text, **_steered_by(by))
+
     def _run_options(self, turn: Given) -> RunOptions:
         """A turn's options as its run's: on the shared history, under the next turn's
-        run id (the conversation's `wait` is for its own lease, taken already)."""
+        run id (the conversation's `wait` is for its own lease, taken already), which
+        `steer` adds to while the turn runs."""
+        self._current = self._next_run_id() or new_run_id()
         return {
             "history": self.history,
-            "run_id": self._next_run_id(),
+            "run_id": self._current,
             "cancel": turn.cancel,
             "deadline": turn.deadline,
             "output_type": turn.output_type,
@@ -415,6 +447,11 @@ class Conversation(Generic[OutputT]):
 
     def _log(self, store: Checkpointer) -> list[Mapping[str, Any]]:
         return [b for b in store.bodies(self._key) if b.get("kind") == _KIND]
+
+
+def _steered_by(by: str | None) -> TurnOptions:
+    """The options of a turn a steered message starts: who sent it, in its metadata."""
+    return {} if by is None else {"metadata": {"steered_by": by}}
 
 
 def _store(agent: Agent[Any], conversation_id: str) -> Checkpointer:

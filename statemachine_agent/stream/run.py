@@ -20,6 +20,7 @@ from typing import Any, Generic, NoReturn, Self, TypeVar, cast
 from statemachine_agent.machine.calls import STREAMED
 from statemachine_agent.machine.cancel import CancelToken
 from statemachine_agent.machine.result import OutputT, RunResult
+from statemachine_agent.machine.resume import RunAlreadyEndedError
 from statemachine_agent.models.streaming import ReplyDelta, listening
 from statemachine_agent.stream.events import (
     ReplyRestarted,
@@ -36,6 +37,9 @@ from statemachine_agent.stream.events import (
 
 Start = Callable[["StreamTap", CancelToken], Coroutine[Any, Any, RunResult[OutputT]]]
 """Drives the run with the tap as an extra audit sink and the token as its cancel."""
+
+Steer = Callable[[str, "str | None"], int]
+"""Queues a message (text, sender) for the streamed run; returns its number."""
 
 
 class StreamTap:
@@ -149,13 +153,16 @@ class RunStream(Generic[OutputT]):
         start: Start[OutputT],
         cancel: CancelToken,
         redact: Callable[[Any], Any] = lambda value: value,
+        steer: Steer | None = None,
     ) -> None:
         """`redact` is the agent's audit redactor: every event handed out goes through it,
-        so a stream (sent to a browser, say) shows no more than the audit file does."""
+        so a stream (sent to a browser, say) shows no more than the audit file does.
+        `steer` queues a message for the run (see `RunStream.steer`)."""
         self.run_id = run_id
         self._start = start
         self._token = cancel
         self._redact = redact
+        self._steer = steer
         self._queue: asyncio.Queue[Any] = asyncio.Queue()
         self._task: asyncio.Task[RunResult[OutputT]] | None = None
         self._ended = False
@@ -191,6 +198,23 @@ class RunStream(Generic[OutputT]):
                 return await self._start(tap, self._token)
         finally:
             self._queue.put_nowait(_DONE)
+
+    def steer(self, text: str, *, by: str | None = None) -> int:
+        """Add a user message to the streamed run, as `Agent.steer` does: delivered at its
+        next `perceive` (whose `steering_waiting` transition shows on this stream).
+        Before the first event it goes in with the prompt. Returns its number in the
+        run's queue; once the run has ended, raises `RunAlreadyEndedError`."""
+        if self.result is not None or (self._task is not None and self._task.done()):
+            raise RunAlreadyEndedError(
+                f"run {self.run_id!r} has ended: a steered message would never be read"
+            )
+        if self._steer is None:
+            raise TypeError("this RunStream was made without a way to steer its run")
+        return self._steer(text, by)
+
+    async def asteer(self, text: str, *, by: str | None = None) -> int:
+        """`steer` from async code (the store is written on a worker thread)."""
+        return await asyncio.to_thread(self.steer, text, by=by)
 
     async def aclose(self) -> None:
         """Stop listening; a run still going is cancelled, and its end awaited."""
