@@ -67,6 +67,7 @@ MERMAID_LINE = re.compile(
     r"|    %% Generated from statemachine_agent/machine/table\.py by `make diagrams`; do not edit\."
     rf"|    (\[\*\]|\w+) --> (\[\*\]|\w+)(: {LABEL})?"
     rf"|    \w+(: {LABEL})?"
+    rf"|    note right of \w+ : {LABEL}"
     r"|    classDef \w+ [\w:#,.\- ]+"
     r"|    class [\w,]+ \w+"
 )

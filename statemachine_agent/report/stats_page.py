@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Mapping
 from markupsafe import Markup
 
 from statemachine_agent import diagrams
+from statemachine_agent.machine.ends import SUCCESS_STATES
 from statemachine_agent.report.fmt import duration, usd
 from statemachine_agent.report.page import STYLE as REPORT_STYLE
 from statemachine_agent.report.page import csp
@@ -144,7 +145,7 @@ def _ends(fleet: FleetStats) -> Markup:
             '<td class="num">{:,}</td><td class="num">{}</td><td class="num">{}</td>'
             '<td class="num">{}</td></tr>'
         ).format(
-            "success" if end.end_state in ("completed", "finished") else "failure",
+            "success" if end.end_state in SUCCESS_STATES else "failure",
             end.end_state,
             end.runs,
             end.sub_agent_runs,
