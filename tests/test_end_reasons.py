@@ -53,6 +53,7 @@ _CANCELLED_WHERE = {
     ("compact", "compacted"): "during compaction",
     ("summarize", "summarized"): "after summarizing",
     ("summarize", "summary_failed"): "while a summary was asked for",
+    ("commit", "committed"): "while its staged calls were committed",
 }
 
 EXPECTED: dict[tuple[str, str, str, tuple[str, ...]], tuple[str, ...]] = {
@@ -104,6 +105,18 @@ EXPECTED: dict[tuple[str, str, str, tuple[str, ...]], tuple[str, ...]] = {
         "finish with status 'completed' and the verifier accepted the result",
     ),
     ("verify", "verified", "completed", ("verdict_passed",)): ("the verifier accepted the answer",),
+    ("commit", "committed", "awaiting_approval", ("approval_pending",)): (
+        "waiting for approval of 0 staged call(s) before they run",
+    ),
+    ("commit", "committed", "failed", ("commit_failure_ends_run",)): (
+        "failed: staged call S1 (refund) failed when committed: card declined",
+    ),
+    ("commit", "committed", "finished", ("finish_called",)): (
+        "finish with status 'completed' and its staged calls ran",
+    ),
+    ("commit", "committed", "completed", ()): (
+        "the model ended its turn (end_turn) and its staged calls ran",
+    ),
     ("verify", "verified", "failed", ("rejections_exhausted",)): (
         "failed: the verifier rejected the result 3 times; last: tests fail",
     ),
@@ -216,6 +229,7 @@ _CAUSE: dict[tuple[str, str, str, tuple[str, ...]], str] = {
     ("act", "tools_done", "failed", ("answer_retries_exhausted",)): "the final answer was rejected",
     ("reason", "replied", "failed", ("is_end_turn", "output_expected")): "no valid final answer",
     ("verify", "verified", "failed", ("rejections_exhausted",)): "the verifier rejected",
+    ("commit", "committed", "failed", ("commit_failure_ends_run",)): "failed when committed",
     **{(state, "crashed", "failed", ()): "(while in " for state in WORKING_STATES + HELPER_STATES},
 }
 _OTHER_CAUSES = (
@@ -226,6 +240,7 @@ _OTHER_CAUSES = (
     "the verifier rejected",
     "(while in ",
     "the engine stops rather than guess",
+    "failed when committed",
 )
 
 

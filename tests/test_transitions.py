@@ -32,6 +32,7 @@ from statemachine_agent.machine.table import (
 from statemachine_agent.models.base import ModelReply
 from statemachine_agent.models.scripted import ScriptedModel
 from statemachine_agent.policy.budget import Budget
+from statemachine_agent.policy.commit import CommitPolicy
 from statemachine_agent.policy.context import ContextPolicy
 from statemachine_agent.policy.pricing import DEFAULT_PRICE_TABLE
 from statemachine_agent.testing import replies
@@ -174,6 +175,26 @@ def _steered(run: RunRecord) -> None:
     run.steering.waiting = [{"number": 1, "text": "also check March", "by": None}]
 
 
+def _staged(run: RunRecord) -> None:
+    """A deferrable write waits, staged (side effects last)."""
+    run.staged.calls = [{"ref": "S1", "tool_use_id": "toolu_s", "tool": "refund",
+                         "input": {"order": "A-1"}, "iteration": 1}]  # fmt: skip
+
+
+def _commit_failed(on_failure: str) -> Arrange:
+    """A staged call failed when committed, under `CommitPolicy(on_failure=...)`."""
+
+    def arrange(run: RunRecord) -> None:
+        run.settings = replace(run.settings, commit=CommitPolicy(on_failure=on_failure))  # type: ignore[arg-type]
+        run.staged.failure = {"ref": "S1", "tool": "refund", "error": "card declined"}
+
+    return arrange
+
+
+def _committing(run: RunRecord) -> None:
+    run.staged.committing = True
+
+
 ARRANGEMENTS: dict[tuple[str, str, str, tuple[str, ...]], Arrange] = {
     ("perceive", "prepared", "cancelled", ("cancel_requested",)): _cancel,
     ("perceive", "prepared", "budget_exhausted", ("budget_exceeded",)): _spent,
@@ -193,6 +214,9 @@ ARRANGEMENTS: dict[tuple[str, str, str, tuple[str, ...]], Arrange] = {
     ),
     ("reason", "replied", "verify", ("is_end_turn", "verifier_configured")): _with(
         _last(replies.text("hi")), has_verifier=True
+    ),
+    ("reason", "replied", "commit", ("is_end_turn", "calls_staged")): _with(
+        _last(replies.text("hi")), _staged
     ),
     ("reason", "replied", "completed", ("is_end_turn",)): _last(replies.text("hi")),
     ("reason", "replied", "continue", ("is_max_tokens", "can_continue")): _with(
@@ -234,6 +258,9 @@ ARRANGEMENTS: dict[tuple[str, str, str, tuple[str, ...]], Arrange] = {
     ("observe", "observed", "verify", ("finish_claims_success", "verifier_configured")): _with(
         _finish, has_verifier=True
     ),
+    ("observe", "observed", "commit", ("finish_claims_success", "calls_staged")): _with(
+        _finish, _staged
+    ),
     ("observe", "observed", "finished", ("finish_called",)): _finish,
     ("observe", "observed", "stalled", ("stall_persists",)): _stalled(2),
     ("observe", "observed", "intervene", ("stall_detected",)): _stalled(0),
@@ -250,6 +277,16 @@ ARRANGEMENTS: dict[tuple[str, str, str, tuple[str, ...]], Arrange] = {
         _verdict(True), _finish
     ),
     ("verify", "verified", "completed", ("verdict_passed",)): _verdict(True),
+    ("verify", "verified", "commit", ("verdict_passed", "calls_staged")): _with(
+        _verdict(True), _staged
+    ),
+    ("commit", "committed", "cancelled", ("cancel_requested",)): _cancel,
+    ("commit", "committed", "awaiting_approval", ("approval_pending",)): _awaiting,
+    ("commit", "committed", "failed", ("commit_failure_ends_run",)): _commit_failed("fail"),
+    ("commit", "committed", "perceive", ("commit_failed",)): _commit_failed("retry"),
+    ("commit", "committed", "finished", ("finish_called",)): _finish,
+    ("commit", "committed", "completed", ()): _last(replies.text("hi")),
+    ("awaiting_approval", "resumed", "commit", ("committing",)): _committing,
     ("verify", "verified", "failed", ("rejections_exhausted",)): _verdict(False, rejections=3),
     ("verify", "verified", "perceive", ()): _verdict(False, rejections=1),
     ("continue", "continued", "cancelled", ("cancel_requested",)): _cancel,
@@ -279,6 +316,9 @@ ARRANGEMENTS: dict[tuple[str, str, str, tuple[str, ...]], Arrange] = {
             ("compact", "compacted"),
         )
     },
+    ("cancelled", "resumed", "commit", ("cancelled_in_commit",)): _cancelled_at(
+        "commit", "committed"
+    ),
     ("cancelled", "resumed", "perceive", ("cancelled_in_summarize",)): _cancelled_at(
         "summarize", "summary_failed"
     ),

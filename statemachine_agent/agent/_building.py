@@ -14,6 +14,7 @@ from statemachine_agent.machine.phase_env import AgentDeps
 from statemachine_agent.models.base import Model
 from statemachine_agent.persistence.sqlite import SQLiteCheckpointer
 from statemachine_agent.policy.budget import Budget
+from statemachine_agent.policy.commit import CommitPolicy
 from statemachine_agent.policy.context import ContextPolicy
 from statemachine_agent.policy.reflection import ReflectionPolicy
 from statemachine_agent.policy.stall import StallPolicy
@@ -66,6 +67,7 @@ def check_arguments(args: Mapping[str, Any]) -> None:
     for param, kind in (("stall", StallPolicy), ("context", ContextPolicy),
                         ("reflection", ReflectionPolicy)):  # fmt: skip
         check_type(param, args[param], kind, f"a {kind.__name__} or None", optional=True)
+    check_type("commit", args["commit"], CommitPolicy, "a CommitPolicy or None", optional=True)
     for param in ("request_options", "prices"):
         check_type(param, args[param], Mapping, "a mapping or None", optional=True)
     check_type("taint", args["taint"], TaintPolicy, "a TaintPolicy or None", optional=True)

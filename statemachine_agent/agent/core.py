@@ -61,6 +61,7 @@ from statemachine_agent.models.base import DEFAULT_MAX_TOKENS, JSON, Model
 from statemachine_agent.persistence.base import Checkpointer, MemoryCheckpointer
 from statemachine_agent.policy.approval import ApprovalPolicy, check_decisions
 from statemachine_agent.policy.budget import Budget
+from statemachine_agent.policy.commit import CommitPolicy
 from statemachine_agent.policy.context import ContextPolicy
 from statemachine_agent.policy.pricing import DEFAULT_PRICES, Price, PriceTable
 from statemachine_agent.policy.reflection import ReflectionPolicy
@@ -183,6 +184,7 @@ class Agent(Generic[OutputT]):
         reflection: ReflectionPolicy | None = None,
         verify: VerifyPolicy | Verifier | None = None,
         approval: ApprovalPolicy | None = None,
+        commit: CommitPolicy | None = None,
         taint: TaintPolicy | None = DEFAULT_TAINT,
         checkpointer: Storage = None,
         audit: Audit | str | PathLike[str] | None = None,
@@ -214,6 +216,10 @@ class Agent(Generic[OutputT]):
                 max_rejections=2)`, or just the verifier (a callable returning `Verdict`).
             approval: decides on calls of tools with `requires_approval=True`
                 (`Approve`, `Deny`, `Edit` or `Defer`); without one they are deferred.
+            commit: side effects last: calls of `deferrable` tools are staged and run
+                in the `commit` state once the run would end successfully; a
+                `CommitPolicy(on_failure="fail" | "retry")` says what a failed staged
+                call does. Switched on by the first deferrable tool even without one.
             taint: what a call of a `side_effect=True` tool gets once untrusted text
                 (an `untrusted` tool's result) entered the run: `TaintPolicy()` sends it
                 to `approval` (the default), `side_effects="deny"` refuses it; `None`
@@ -273,6 +279,10 @@ class Agent(Generic[OutputT]):
             settings = dataclasses.replace(
                 settings, has_verifier=True, max_rejections=verify.max_rejections
             )
+        if commit is None and any(t.deferrable for t in registry):
+            commit = CommitPolicy()
+        if commit is not None:
+            settings = dataclasses.replace(settings, commit=commit)
         effects = effects or InProcessEffects()
         self._storage: Storage = storage_option(checkpointer)
         store = resolve_checkpointer(self._storage, tools=registry, effects=effects, taint=taint)
@@ -423,6 +433,11 @@ class Agent(Generic[OutputT]):
     @property
     def approval(self) -> ApprovalPolicy | None:
         return self._parts.deps.approval
+
+    @property
+    def commit(self) -> CommitPolicy | None:
+        """How staged calls are committed (None: the agent stages nothing)."""
+        return self._parts.settings.commit
 
     @property
     def checkpointer(self) -> Checkpointer | None:

@@ -8,11 +8,11 @@ escaped exception: whatever happened has a name here and a sentence in `reason`.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from string import Formatter
 from typing import Any
 
-from statemachine_agent.machine.ends import ENDS
+from statemachine_agent.machine.ends import ENDS, RESUMABLE_STATES
 from statemachine_agent.machine.guards import KNOWN_STOP_REASONS, budget_reason
 from statemachine_agent.machine.phase_env import PhaseEnv
 from statemachine_agent.machine.salvage import salvage
@@ -207,7 +207,43 @@ def _pending(ctx: PhaseEnv) -> list[dict[str, Any]]:
             pending.append(entry)
         child = run.subagents.runs.get(c.id) or {}
         pending += [p for p in child.get("pending") or () if p["tool_use_id"] in waiting]
+    pending += [{"tool_use_id": s["tool_use_id"], "name": s["tool"], "input": s["input"],
+                 "staged": s["ref"]}
+                for s in run.staged.calls if s["tool_use_id"] in waiting]  # fmt: skip
     return pending
+
+
+def _staged_failure(ctx: PhaseEnv) -> dict[str, Any]:
+    return dict(ctx.state.staged.failure or {"ref": "?", "tool": "?", "error": "not recorded"})
+
+
+def with_staged(ctx: PhaseEnv, ending: Ending) -> Ending:
+    """The ending, with `details["staged"]` listing the calls still staged (tool, input,
+    why not run) and `details["committed"]` the ones `commit` ran.
+
+    Nothing staged runs on an ending other than through `commit`: each call left is a
+    `call.discarded` event, except on a resumable end, whose resume keeps them staged."""
+    run = ctx.state
+    extra: dict[str, Any] = {}
+    if run.staged.calls:
+        if run.state in RESUMABLE_STATES:
+            why = f"the run is {run.state}; a resume keeps it staged"
+        elif run.staged.failure is not None:
+            why = f"staged call {run.staged.failure['ref']} failed when committed"
+        else:
+            why = f"the run ended {run.state} before commit"
+        extra["staged"] = [{"ref": c["ref"], "tool": c["tool"], "input": c["input"],
+                            "tool_use_id": c["tool_use_id"], "why_not_run": why}
+                           for c in run.staged.calls]  # fmt: skip
+        if run.state not in RESUMABLE_STATES:
+            for c in run.staged.calls:
+                ctx.emitter.emit("call.discarded", iteration=run.iteration, ref=c["ref"],
+                                 tool=c["tool"], tool_use_id=c["tool_use_id"], why=why)  # fmt: skip
+    if run.staged.ran:
+        extra["committed"] = [dict(c) for c in run.staged.ran]
+    if not extra:
+        return ending
+    return replace(ending, details={**(ending.details or {}), **extra})
 
 
 def _tainted_by(ctx: PhaseEnv) -> str:
@@ -262,6 +298,12 @@ FIGURES: Mapping[str, Figure] = {
     "finish_status": Figure(lambda ctx: (ctx.state.finish or {}).get("status", "completed")),
     "pending_count": Figure(lambda ctx: len(_pending(ctx))),
     "pending_names": Figure(lambda ctx: ", ".join(sorted({p["name"] for p in _pending(ctx)}))),
+    "staged_ref": Figure(lambda ctx: _staged_failure(ctx)["ref"]),
+    "staged_tool": Figure(lambda ctx: _staged_failure(ctx)["tool"]),
+    "staged_error": Figure(
+        lambda ctx: _staged_failure(ctx)["error"],
+        lambda ctx: {"staged_call": _staged_failure(ctx)},
+    ),
     "tainted_by": Figure(
         _tainted_by, lambda ctx: {"tainted_by": [dict(s) for s in ctx.state.taint.sources]}
     ),

@@ -23,7 +23,7 @@ from statemachine_agent.context.notices import (
 )
 from statemachine_agent.machine import observers
 from statemachine_agent.machine.cancel import CancelToken
-from statemachine_agent.machine.endings import ENDINGS, Ending, reason_problems
+from statemachine_agent.machine.endings import ENDINGS, Ending, reason_problems, with_staged
 from statemachine_agent.machine.ends import END_BY_NAME, END_STATES, RESUMABLE_STATES
 from statemachine_agent.machine.failures import ComponentError, GuardError
 from statemachine_agent.machine.guards import GUARDS, Guard
@@ -33,6 +33,7 @@ from statemachine_agent.machine.run import RunError, RunRecord, TransitionRecord
 from statemachine_agent.machine.table import ROWS, STATES, Row
 from statemachine_agent.persistence.codec import to_plain
 from statemachine_agent.phases.act import Act
+from statemachine_agent.phases.commit import Commit
 from statemachine_agent.phases.compact import Compact
 from statemachine_agent.phases.continuation import Continue
 from statemachine_agent.phases.intervene import Intervene
@@ -78,6 +79,7 @@ PHASES: Mapping[str, Phase] = {
     "continue": Continue(),
     "compact": Compact(),
     "summarize": Summarize(),
+    "commit": Commit(),
 }
 
 
@@ -318,6 +320,7 @@ class Engine:
             ending = await handler(ctx)
         except Exception as exc:
             ending = Ending("", f"the {run.state} handler failed: {_describe_defect(exc)}")
+        ending = with_staged(ctx, ending)
         ctx.checkpoint()
         messages = [dict(m) for m in run.messages]
         if run.state == "cancelled":

@@ -314,6 +314,31 @@ def cancelled_after_reply(run: RunRecord) -> bool:
     return run.cancelled_at == ("reason", "replied")
 
 
+@requires(reach.commits)
+def calls_staged(run: RunRecord) -> bool:
+    """Writes of deferrable tools wait, staged: a successful end runs them in `commit`."""
+    return bool(run.staged.calls)
+
+
+@requires(reach.commits)
+def commit_failed(run: RunRecord) -> bool:
+    """A staged call failed (it raised, timed out, or was denied) when committed."""
+    return run.staged.failure is not None
+
+
+@requires(reach.commits)
+def commit_failure_ends_run(run: RunRecord) -> bool:
+    """A staged call failed when committed, and `CommitPolicy(on_failure="fail")`."""
+    policy = run.settings.commit
+    return run.staged.failure is not None and (policy is None or policy.on_failure == "fail")
+
+
+@requires(reach.commits)
+def committing(run: RunRecord) -> bool:
+    """The run paused inside `commit` (staged calls waiting for approval): resume there."""
+    return run.staged.committing
+
+
 def _cancelled_in(state: str) -> Guard:
     def guard(run: RunRecord) -> bool:
         return run.cancelled_at is not None and run.cancelled_at[0] == state
@@ -359,6 +384,10 @@ GUARDS: Mapping[str, Guard] = {
         reflection_due,
         cancelled_before_reply,
         cancelled_after_reply,
+        calls_staged,
+        commit_failed,
+        commit_failure_ends_run,
+        committing,
         # one per state the table resumes a cancelled run in (`cancelled_in_<state>`)
         *(
             _cancelled_in(name.removeprefix("cancelled_in_"))

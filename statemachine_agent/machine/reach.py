@@ -154,6 +154,11 @@ def reflection(setup: Setup) -> str | None:
     return "no reflection interval (`reflection=None`)"
 
 
+def commits(setup: Setup) -> str | None:
+    """Calls can be staged (side effects last), so the commit rows can fire."""
+    return None if setup.settings.commit is not None else "no deferrable tool (`commit=None`)"
+
+
 def entered(state: str) -> Rule:
     """The run was somewhere: `state` must itself be reachable."""
 

@@ -324,6 +324,7 @@ class RunRecord:
     """For a sub-agent's run: the parent's `run_id` and the `tool_use_id` of the call
     that started it (see `Agent.as_tool`)."""
     subagents: SubagentTrack = field(default_factory=SubagentTrack)
+    staged: StagedTrack = field(default_factory=StagedTrack)
     taint: TaintTrack = field(default_factory=TaintTrack)
     steering: SteeringTrack = field(default_factory=SteeringTrack)
     forked_from: dict[str, Any] | None = field(default=None, metadata=REPLACED)

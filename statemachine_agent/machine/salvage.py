@@ -50,6 +50,9 @@ async def salvage(ctx: PhaseEnv, why: str) -> tuple[str, dict[str, Any]]:
     if max_tokens is None:
         cap = run.budget.salvage_max_cost_usd
         return "", {"salvage": {"skipped": f"a summary would cost more than ${cap}"}}
+    if run.staged.calls:  # the summary says what was not done
+        names = ", ".join(f"{c['ref']} {c['tool']}" for c in run.staged.calls)
+        why += f"; the staged calls ({names}) will not run"
     add_user_text(run.messages, salvage_notice(why))
     request = build_request(
         ctx, tool_choice={"type": "none"} if request_has_tools(ctx) else None,

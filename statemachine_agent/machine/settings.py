@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from statemachine_agent.policy.budget import Budget
+from statemachine_agent.policy.commit import CommitPolicy
 from statemachine_agent.policy.context import ContextPolicy
 from statemachine_agent.policy.stall import StallPolicy
 from statemachine_agent.policy.taint import TaintPolicy
@@ -35,6 +36,9 @@ class RunSettings:
     """The answer must be a typed value given through `final_result` (the run has an
     `output_type`), so a plain text answer is no answer; set by the driver from the
     run's services, since a per-run `output_type=` decides it as much as the agent's."""
+    commit: CommitPolicy | None = None
+    """Side effects last: calls of deferrable tools are staged and run in `commit`
+    (set when the agent has a deferrable tool, or `Agent(commit=...)`); None: off."""
     taint: TaintPolicy | None = None
     """What a side-effect call may do once untrusted text entered the run (`Agent(taint=)`;
     `None`: no gate, as for a record made without an agent)."""

@@ -32,6 +32,7 @@ HELPER_STATES: tuple[str, ...] = (
     "continue",
     "compact",
     "summarize",
+    "commit",
 )
 """Working states a configured feature (or a recoverable stop) routes through."""
 
@@ -125,6 +126,8 @@ ROWS: tuple[Row, ...] = (
                "(a typed answer is expected through final_result); last: {answer_errors}"),
     Row("reason", "replied", "verify", ("is_end_turn", "verifier_configured"),
         "The model claims it is done; the verifier checks the claim first."),
+    Row("reason", "replied", "commit", ("is_end_turn", "calls_staged"),
+        "The model is done and writes wait, staged: run them before the run completes."),
     Row("reason", "replied", "completed", ("is_end_turn",),
         "The model ended its turn (end_turn or stop_sequence) without tool calls.",
         reason="the model ended its turn ({stop_reason})"),
@@ -197,6 +200,8 @@ ROWS: tuple[Row, ...] = (
         reason=_CANCELLED + " after the tool results were recorded"),
     Row("observe", "observed", "verify", ("finish_claims_success", "verifier_configured"),
         "finish(status='completed') is a claim; the verifier checks it first."),
+    Row("observe", "observed", "commit", ("finish_claims_success", "calls_staged"),
+        "finish(status='completed') with writes staged: run them before the run finishes."),
     Row("observe", "observed", "finished", ("finish_called",),
         "The model called the finish tool; its input is the structured result.",
         reason="the model called {finish_tool} with status {finish_status!r}"),
@@ -223,6 +228,8 @@ ROWS: tuple[Row, ...] = (
     Row("verify", "verified", "cancelled", ("cancel_requested",),
         "Cancelled during verification.",
         reason=_CANCELLED + " during verification"),
+    Row("verify", "verified", "commit", ("verdict_passed", "calls_staged"),
+        "The verifier accepted the result and writes wait, staged: run them now."),
     Row("verify", "verified", "finished", ("verdict_passed", "finish_called"),
         "The verifier accepted the finish tool's result.",
         reason="the model called {finish_tool} with status {finish_status!r} "
@@ -256,7 +263,33 @@ ROWS: tuple[Row, ...] = (
     Row("summarize", "summary_failed", "compact", (),
         "The summary call failed, or would not shrink the prompt: placeholders instead.",
         arrival="instead_of_summary"),
+    # commit: the staged writes ran (or wait for a person, or one failed).
+    Row("commit", "committed", "cancelled", ("cancel_requested",),
+        "Cancelled in commit; the calls that ran are recorded, the rest stay staged.",
+        reason=_CANCELLED + " while its staged calls were committed (those not run stay "
+               "staged)"),
+    Row("commit", "committed", "awaiting_approval", ("approval_pending",),
+        "Staged calls wait for a person, who decides on the whole batch at once.",
+        reason="waiting for approval of {pending_count} staged call(s) before they run: "
+               "{pending_names}"),
+    Row("commit", "committed", "failed", ("commit_failure_ends_run",),
+        "A staged call failed when run, under CommitPolicy(on_failure='fail'); the calls "
+        "staged after it are not run.",
+        reason="failed: staged call {staged_ref} ({staged_tool}) failed when committed: "
+               "{staged_error}"),
+    Row("commit", "committed", "perceive", ("commit_failed",),
+        "A staged call failed when run, under CommitPolicy(on_failure='retry'): the failure "
+        "goes back to the model, and the calls after it stay staged."),
+    Row("commit", "committed", "finished", ("finish_called",),
+        "The staged calls ran; the finish tool's input is the structured result.",
+        reason="the model called {finish_tool} with status {finish_status!r} and its "
+               "staged calls ran"),
+    Row("commit", "committed", "completed", (),
+        "The staged calls ran; the model's final text is the answer.",
+        reason="the model ended its turn ({stop_reason}) and its staged calls ran"),
     # resuming: a paused or cancelled run carries on from where it stopped.
+    Row("awaiting_approval", "resumed", "commit", ("committing",),
+        "Resumed with decisions on staged calls: commit runs the approved ones not yet run."),
     Row("awaiting_approval", "resumed", "act", (),
         "Resumed with decisions: act applies them and runs only the calls not yet answered."),
     Row("cancelled", "resumed", "perceive", ("cancelled_before_reply",),
@@ -274,6 +307,8 @@ ROWS: tuple[Row, ...] = (
                                ("reflect", "reflected"), ("verify", "verified"),
                                ("continue", "continued"), ("compact", "compacted"))
     ),
+    Row("cancelled", "resumed", "commit", ("cancelled_in_commit",),
+        "Cancelled in commit: commit again, running only the staged calls not yet run."),
     Row("cancelled", "resumed", "perceive", ("cancelled_in_summarize",),
         "Cancelled in summarize: measure the prompt again (a summary made is kept)."),
     Row("cancelled", "resumed", "perceive", (),

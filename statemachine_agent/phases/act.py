@@ -20,6 +20,7 @@ from typing import Literal
 
 from statemachine_agent.machine.failures import ComponentError
 from statemachine_agent.machine.phase_env import PhaseEnv
+from statemachine_agent.phases.staging import is_unstage, stage, stages, unstage
 from statemachine_agent.policy.approval import (
     ApprovalRecord,
     Approve,
@@ -80,7 +81,11 @@ class Act:
             if refusal is not None:
                 self._record(ctx, call, refusal)
                 continue
-            cleared = await self._approve(ctx, call)
+            if is_unstage(ctx, call) or stages(ctx, call):  # side effects last: not run now
+                staged = unstage(ctx, call) if is_unstage(ctx, call) else stage(ctx, call)
+                self._record(ctx, call, staged, staging=not staged.is_error)
+                continue
+            cleared = await self.approve(ctx, call)
             if isinstance(cleared, ToolOutcome):
                 self._record(ctx, call, cleared)
             elif cleared is not None:
@@ -161,8 +166,11 @@ class Act:
         admitted[call.name] = admitted.get(call.name, 0) + 1
         return None
 
-    async def _approve(self, ctx: PhaseEnv, call: ToolCall) -> ToolCall | ToolOutcome | None:
-        """The call to run (maybe edited), a denial to answer with, or None if deferred."""
+    async def approve(self, ctx: PhaseEnv, call: ToolCall) -> ToolCall | ToolOutcome | None:
+        """The call to run (maybe edited), a denial to answer with, or None if deferred.
+
+        `commit` asks the same of each staged call, so a staged write needing approval
+        is decided exactly as it would have been in the loop, only later, in one batch."""
         run, deps = ctx.state, ctx.deps
         tool = deps.tools.get(call.name)
         if tool is None:
@@ -295,8 +303,14 @@ class Act:
         ctx.emitter.emit("approval.decided", iteration=run.iteration, tool=call.name,
                          tool_use_id=call.id, **decision.fields())  # fmt: skip
 
-    def _record(self, ctx: PhaseEnv, call: ToolCall, outcome: ToolOutcome) -> None:
+    def _record(
+        self, ctx: PhaseEnv, call: ToolCall, outcome: ToolOutcome, *, staging: bool = False
+    ) -> None:
         """Keep the outcome (without its raw value, which need not be JSON) and checkpoint.
+
+        A staged (or unstaged) call's answer is the engine's, not the tool's: its own
+        event (`call.staged`, `call.unstaged`) says so, and no `tool.finished` claims a
+        write ran that has not (a replay answers the tool from its commit's event).
 
         A result with accounts to settle with the run (`Settling`, e.g. a sub-agent's
         run) is settled first: its charge and the approvals it waits for are applied
@@ -325,7 +339,9 @@ class Act:
         }
         if outcome.blocks:  # what went with the text (an image): named and digested, no bytes
             fields["blocks"] = outcome.block_records()
-        if outcome.is_error:
+        if staging:
+            pass
+        elif outcome.is_error:
             tool = ctx.deps.tools.get(call.name)
             if tool is not None and tool.ends_run and outcome.error_kind in ANSWER_ERRORS:
                 run.invalid_answers += 1

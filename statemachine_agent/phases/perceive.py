@@ -23,6 +23,7 @@ from statemachine_agent.machine.guards import summary_due
 from statemachine_agent.machine.phase_env import PhaseEnv
 from statemachine_agent.models.base import JSON, ModelRequest
 from statemachine_agent.phases.compact import compact_history
+from statemachine_agent.phases.staging import tool_definitions
 from statemachine_agent.tools.output import TEXT_ANSWER
 
 
@@ -143,7 +144,7 @@ def build_request(
     """The request for the run's current history; `tool_choice` only for special calls."""
     deps = ctx.deps
     policy = deps.context
-    tools = deps.tools.definitions()
+    tools = tool_definitions(ctx)  # the agent's tools, and `unstage` while calls are staged
     if deps.cache_prompt and policy.cache_tools:
         tools = cache_last_tool(tools)
     # One shallow copy of the history per call (the breakpoint copies only the last

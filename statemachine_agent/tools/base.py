@@ -100,6 +100,13 @@ class Tool:
     the run, a call of a side-effect tool goes to the approval policy (by default;
     or is refused, `side_effects="deny"`), since that is what a prompt injection
     wants done. Mark every tool that sends, writes, pays or deletes."""
+    deferrable: bool = False
+    """A write whose result the model does not need in order to go on (a refund, an
+    e-mail, approving a claim). Side effects last: during the loop such a call is only
+    *staged* (validated, recorded, answered "staged"), and the staged calls run
+    together in the `commit` state once the run would end successfully, after the
+    verifier, so a run that stalls, runs out of budget or is rejected has changed
+    nothing. Only for `side_effect=True` tools; see `CommitPolicy`."""
     requires_approval: bool = False
     """Each call is put to the agent's approval policy (by default: deferred to a
     human, the run pausing in `awaiting_approval`) before it runs."""
@@ -133,6 +140,11 @@ class Tool:
         if not (backoff >= 0 and math.isfinite(backoff)):
             raise ValueError(
                 f"Tool {self.name!r}: retry_backoff must be a finite number >= 0, got {backoff!r}"
+            )
+        if self.deferrable and (not self.side_effect or self.ends_run):
+            raise ValueError(
+                f"Tool {self.name!r}: deferrable=True is for side_effect=True tools that do "
+                "not end the run (a staged call runs only after the run's answer)"
             )
         retry_on: object = self.retry_on
         if not isinstance(retry_on, tuple) or not all(

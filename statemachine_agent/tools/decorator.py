@@ -43,6 +43,7 @@ class _Policy(TypedDict, total=False):
     retry_backoff: float
     retry_on: tuple[type[BaseException], ...]
     side_effect: bool
+    deferrable: bool
     requires_approval: bool
     untrusted: bool
 
@@ -64,6 +65,7 @@ def tool(
     retry_backoff: float = 0.5,
     retry_on: tuple[type[BaseException], ...] = DEFAULT_RETRY_ON,
     side_effect: bool = False,
+    deferrable: bool = False,
     requires_approval: bool = False,
     untrusted: bool = False,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
@@ -83,6 +85,7 @@ def tool(
     retry_backoff: float = 0.5,
     retry_on: tuple[type[BaseException], ...] = DEFAULT_RETRY_ON,
     side_effect: bool = False,
+    deferrable: bool = False,
     requires_approval: bool = False,
     untrusted: bool = False,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
@@ -99,7 +102,7 @@ def tool(
     `ValueError` for an invalid name, timeout or error policy.
 
     The policy options (`on_error`, `retries`, `retry_backoff`, `retry_on`,
-    `side_effect`, `requires_approval`, `untrusted`) are passed to `Tool`
+    `side_effect`, `deferrable`, `requires_approval`, `untrusted`) are passed to `Tool`
     unchanged; see its fields for what they mean.
     """
     policy = _Policy(
@@ -108,6 +111,7 @@ def tool(
         retry_backoff=retry_backoff,
         retry_on=retry_on,
         side_effect=side_effect,
+        deferrable=deferrable,
         requires_approval=requires_approval,
         untrusted=untrusted,
     )

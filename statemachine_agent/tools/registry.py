@@ -322,7 +322,12 @@ class ToolRegistry:
         await flush()
         return [outcome for outcome in outcomes if outcome is not None]
 
-    async def _execute(self, call: ToolCall) -> ToolOutcome:
+    def check(self, call: ToolCall) -> ToolOutcome | None:
+        """The answer to a call that cannot run as asked (an unknown tool, an input that
+        does not fit the schema), without running anything; None when it could run.
+
+        A staged call (`Tool.deferrable`) is checked when staged, so the model hears of
+        its mistake while it can still fix it, not when the run commits."""
         found = self._tools.get(call.name)
         if found is None:
             available = ", ".join(self._tools) or "(none)"
@@ -333,7 +338,13 @@ class ToolRegistry:
         problem = input_problem(found, validator, call.input)
         if problem is not None:
             return self._error(call, "invalid_input", problem)
-        return await self._run(found, call)
+        return None
+
+    async def _execute(self, call: ToolCall) -> ToolOutcome:
+        refused = self.check(call)
+        if refused is not None:
+            return refused
+        return await self._run(self._tools[call.name], call)
 
     async def _run(self, found: Tool, call: ToolCall) -> ToolOutcome:
         """Call the handler under the tool's error policy, and answer the call.
