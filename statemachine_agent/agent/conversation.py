@@ -268,7 +268,8 @@ class Conversation(Generic[OutputT]):
         running = self._current or self._paused
         if running is not None:
             return await self.agent.asteer(running, text, by=by)
-        return await self.asend(text, **_steered_by(by))
+        turn: RunResult[OutputT] = await self.asend(text, **_steered_by(by))
+        return turn
 
     def _run_options(self, turn: Given) -> RunOptions:
         """A turn's options as its run's: on the shared history, under the next turn's
