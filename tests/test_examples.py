@@ -249,6 +249,34 @@ class TestResearchTeam:
         assert example.SENT == []
 
 
+class TestQuarantinedReader:
+    """A reader sub-agent reads untrusted mail: a typed answer does not taint the lead,
+    a free-text one does."""
+
+    def test_an_enum_answer_does_not_taint_a_free_text_answer_does(self) -> None:
+        """With `Triage` (an enum and a bool) the lead sends its reply with no pause, to
+        the address of the mailbox's header; with a summary in words, the lead's reply
+        waits for a person, naming the reader's call as the untrusted source."""
+        example = load("quarantined_reader")
+        typed, loose = example.main()
+        assert_end_state(typed, "completed")
+        assert "awaiting_approval" not in typed.path
+        assert tool_results(typed) == [
+            ("reader", '{"category": "meeting_request", "urgent": false}'),
+            ("send_reply", "replied to ana@example.com"),
+        ]
+        assert_end_state(loose, "awaiting_approval")
+        (pending,) = (loose.details or {})["pending"]
+        assert pending["name"] == "send_reply"
+        assert [(s["tool"], s["tool_use_id"]) for s in pending["tainted_by"]] == [
+            ("reader", example.READER_CALL_ID)
+        ]
+        assert "Ana asks to meet" in pending["tainted_by"][0]["excerpt"]
+        assert example.SENT == [
+            {"to": "ana@example.com", "body": "Thank you, that time works for me."}
+        ]
+
+
 class TestAsUsersRunThem:
     """Every example is a script a user can copy and run."""
 
