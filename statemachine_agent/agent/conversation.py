@@ -450,7 +450,7 @@ class Conversation(Generic[OutputT]):
         return [b for b in store.bodies(self._key) if b.get("kind") == _KIND]
 
 
-def _steered_by(by: str | None) -> TurnOptions:
+def _steered_by(by: str | None) -> TurnOptions[None]:
     """The options of a turn a steered message starts: who sent it, in its metadata."""
     return {} if by is None else {"metadata": {"steered_by": by}}
 
