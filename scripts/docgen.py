@@ -269,11 +269,13 @@ def _children(cls: type[Error]) -> list[type[Error]]:
 
 
 def error_classes() -> list[type[Error]]:
-    """`Error` and every subclass of it in the package, depth first, siblings by name."""
+    """`Error` and every public subclass of it in the package, depth first, siblings by
+    name (a private one, raised and caught inside a module, is no part of the tree)."""
     package_modules()
 
     def walk(cls: type[Error]) -> list[type[Error]]:
-        return [cls, *(c for child in _children(cls) for c in walk(child))]
+        own = [] if cls.__name__.startswith("_") else [cls]
+        return [*own, *(c for child in _children(cls) for c in walk(child))]
 
     return walk(Error)
 

@@ -152,6 +152,7 @@ PUBLIC_MODULES = {
     "statemachine_agent.durable",
     "statemachine_agent.replay",
     "statemachine_agent.report",  # the review API: `stats` (the fleet view), `build`, `html`
+    "statemachine_agent.evals",  # evaluating loop policies: `Case`, `Dataset`, `evaluate`
 }
 """The modules the docs may teach importing from; every other module is implementation."""
 
