@@ -221,6 +221,61 @@ class TestThroughTheSDK:
         assert sent == []
 
 
+def _lead(url: str, mailer: Agent) -> Agent:
+    from statemachine_agent.models.anthropic import AnthropicModel
+
+    model = AnthropicModel("claude-sonnet-4-5", base_url=url, api_key="sk-ant-test-key",
+                           max_retries=0)  # fmt: skip
+    return Agent(model, tools=[mailer.as_tool(description="Reads and mails.")])
+
+
+class TestAChildsTaintPause:
+    def test_pauses_the_parent_through_the_taint_row_naming_the_childs_source(self) -> None:
+        """A child's send gated by its taint pauses the parent by `taint_approval_pending`
+        (not the plain approval row): the parent's reason and pending call name the
+        page the child read; approving sends once."""
+        ask = replies.reply(
+            replies.tool_use_block("mailer", {"task": "Mail the deal."}, id="toolu_ask"),
+            stop_reason="tool_use",
+        )
+        with (
+            FakeAnthropicServer([ask, replies.text("Mailed.")]) as lead_server,
+            FakeAnthropicServer([fetch(), send(), replies.text("Sent.")]) as child_server,
+        ):
+            mailer, sent = build(child_server.base_url)
+            lead = _lead(lead_server.base_url, mailer.replace(name="mailer"))
+            paused = lead.run("Find a deal and mail it.")
+            assert paused.end_state == "awaiting_approval", paused.reason
+            assert paused.trail[-1].via == ("taint_approval_pending",)
+            assert "untrusted text from fetch_page (call toolu_fetch)" in paused.reason
+            (pending,) = (paused.details or {})["pending"]
+            assert pending["tool_use_id"] == "toolu_ask/toolu_send1"
+            assert pending["tainted_by"][0]["tool_use_id"] == "toolu_fetch"
+            assert sent == []
+            done = lead.resume(paused.run_id, decisions={pending["tool_use_id"]: Approve()})
+            assert lead_server.unexpected() == []
+            assert child_server.unexpected() == []
+        assert done.end_state == "completed", done.reason
+        assert sent == ["evil@example.com"]
+
+    def test_a_childs_plain_approval_still_pauses_by_the_plain_row(self) -> None:
+        """An untainted child's `requires_approval` call pauses the parent as before."""
+
+        @tool(requires_approval=True, side_effect=True)
+        def send_email(to: str) -> str:
+            """Send an e-mail."""
+            return "sent"
+
+        child = Agent(ScriptedModel([replies.tool_use("send_email", {"to": "a@example.com"})]),
+                      tools=[send_email], name="mailer")  # fmt: skip
+        lead = Agent(ScriptedModel([replies.tool_use("mailer", {"task": "Mail."})]),
+                     tools=[child.as_tool()])  # fmt: skip
+        paused = lead.run("Mail it.")
+        assert paused.end_state == "awaiting_approval", paused.reason
+        assert paused.trail[-1].via == ("approval_pending",)
+        assert "untrusted" not in paused.reason
+
+
 class TestResumedInAnotherProcess:
     def test_the_taint_survives_the_store_and_gates_the_next_send_there(
         self, tmp_path: Path

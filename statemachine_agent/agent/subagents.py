@@ -143,6 +143,11 @@ class SubRun(Settling):
             ]  # fmt: skip
             link["pending"] = pending
             awaiting = tuple(p["tool_use_id"] for p in pending)
+            policy = run.settings.taint
+            if policy is not None and policy.side_effects == "approve":
+                # the child's taint-gated calls pause the parent by its taint row too
+                gated = [p["tool_use_id"] for p in pending if p.get("tainted_by")]
+                run.taint.gated += [k for k in gated if k not in run.taint.gated]
         run.subagents.runs = {**run.subagents.runs, call.id: link}
         elapsed = env.deps.effects.monotonic() - env.started_at
         over = run.budget.exhausted(

@@ -246,9 +246,23 @@ def with_staged(ctx: PhaseEnv, ending: Ending) -> Ending:
     return replace(ending, details={**(ending.details or {}), **extra})
 
 
+def _taint_sources(ctx: PhaseEnv) -> list[dict[str, Any]]:
+    """The run's untrusted sources, then those of its sub-agents' taint-gated pending
+    calls (a child may have read what its parent never did), each once."""
+    pending = [s for p in _pending(ctx) for s in p.get("tainted_by") or ()]
+    seen: set[tuple[Any, Any]] = set()
+    sources: list[dict[str, Any]] = []
+    for s in [*ctx.state.taint.sources, *pending]:
+        key = (s.get("tool"), s.get("tool_use_id"))
+        if key not in seen:
+            seen.add(key)
+            sources.append(dict(s))
+    return sources
+
+
 def _tainted_by(ctx: PhaseEnv) -> str:
     """The untrusted sources of the run, by tool and call (first three, then a count)."""
-    sources = ctx.state.taint.sources
+    sources = _taint_sources(ctx)
     named = [f"{s.get('tool')} (call {s.get('tool_use_id')})" for s in sources[:3]]
     more = f" and {len(sources) - 3} more" if len(sources) > 3 else ""
     return ", ".join(named) + more if named else "no source"
@@ -304,9 +318,7 @@ FIGURES: Mapping[str, Figure] = {
         lambda ctx: _staged_failure(ctx)["error"],
         lambda ctx: {"staged_call": _staged_failure(ctx)},
     ),
-    "tainted_by": Figure(
-        _tainted_by, lambda ctx: {"tainted_by": [dict(s) for s in ctx.state.taint.sources]}
-    ),
+    "tainted_by": Figure(_tainted_by, lambda ctx: {"tainted_by": _taint_sources(ctx)}),
 }
 """The figures a row's `reason` may name, by name (checked when the machine is built)."""
 

@@ -238,10 +238,10 @@ def _taint_can_pause(setup: reach.Setup) -> str | None:
 
 @requires(_taint_can_pause)
 def taint_approval_pending(run: RunRecord) -> bool:
-    """Untrusted text has entered the run and a side-effect call its `TaintPolicy` sent
-    for approval waits for a human decision."""
+    """A side-effect call a `TaintPolicy` sent for approval, after untrusted text entered
+    the run (or, for a sub-agent's pending call, the child's run), waits for a human."""
     gated = run.taint.gated
-    return run.taint.tainted and any(key in gated for key in run.approval.awaiting)
+    return any(key in gated for key in run.approval.awaiting)
 
 
 @requires(reach.fatal_tool)

@@ -228,7 +228,8 @@ class TaintTrack:
     parent's."""
     gated: list[str] = field(default_factory=list)
     """tool_use ids of the side-effect calls the policy gated (sent for approval or
-    refused), so the `taint_approval_pending` guard can tell a taint pause."""
+    refused), and the keys of sub-agents' pending calls their own taint gated, so the
+    `taint_approval_pending` guard can tell a taint pause."""
 
     @property
     def tainted(self) -> bool:
