@@ -99,3 +99,17 @@ class TestReachableRows:
         both = bare.union(tooled)
         assert _keys(both.reachable) == _keys(bare.reachable) | _keys(tooled.reachable)
         assert not _keys(both.reachable) & _keys(both.unreachable)
+
+
+def test_a_typed_answer_leaves_verify_only_the_finish_tools_claims() -> None:
+    """With an output type every end_turn is asked again, so no plain claim reaches
+    `verify`: its `completed` row (a claim without the finish tool) is ruled out, saying by
+    which row such a run would have come in."""
+    agent = Agent(
+        ScriptedModel([]),
+        verify=lambda claim: None,  # type: ignore[arg-type,return-value]
+        output_type={"type": "object", "properties": {"n": {"type": "integer"}}},
+    )
+    reasons = {row.key: why for row, why in reachable_rows(agent).unreachable.items()}
+    why = reasons[("verify", "verified", "completed", ("verdict_passed",))]
+    assert "came in by reason --replied [is_end_turn & verifier_configured]--> verify" in why

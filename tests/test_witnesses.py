@@ -8,8 +8,17 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pydantic import BaseModel
 
-from statemachine_agent import Agent, tool
+from statemachine_agent import (
+    Agent,
+    Budget,
+    ContextPolicy,
+    ReflectionPolicy,
+    StallPolicy,
+    finish,
+    tool,
+)
 from statemachine_agent.machine import observers
 from statemachine_agent.machine.run import TransitionRecord
 from statemachine_agent.machine.table import Row
@@ -17,7 +26,12 @@ from statemachine_agent.models.base import ModelError
 from statemachine_agent.models.scripted import ScriptedModel
 from statemachine_agent.testing import FakeAnthropicServer, replies
 from statemachine_agent.testing.reachability import reachable_rows
-from statemachine_agent.testing.witnesses import unwitnessed, witnesses
+from statemachine_agent.testing.witnesses import (
+    defect_witnesses,
+    inject_defect,
+    unwitnessed,
+    witnesses,
+)
 
 
 @tool
@@ -38,10 +52,40 @@ def deploy(target: str) -> str:
     return target
 
 
+class Expense(BaseModel):
+    total: int
+    note: str
+
+
+def every_feature() -> Agent:
+    """Verifier, reflection with a critic, summarize, continuations, approval, an output
+    type, a stall policy and a budget with a clock: every feature on at once."""
+    return Agent(
+        ScriptedModel([]),
+        [lookup, pay, finish],
+        verify=lambda claim: None,  # type: ignore[arg-type,return-value]
+        reflection=ReflectionPolicy(3, critic=ScriptedModel([])),
+        context=ContextPolicy(summarize_at_tokens=50_000),
+        summary_model=ScriptedModel([]),
+        max_continuations=2,
+        output_type=Expense,
+        stall=StallPolicy(),
+        budget=Budget(max_iterations=12, max_seconds=600),
+    )
+
+
+def sub_agent_parent() -> Agent:
+    """A parent whose only tool is a child agent that has a tool needing approval."""
+    child = Agent(ScriptedModel([]), [lookup, pay], name="child", stall=None)
+    return Agent(ScriptedModel([]), [child.as_tool(name="delegate")], stall=None)
+
+
 CONFIGURATIONS: dict[str, Any] = {
     "bare": lambda: Agent(ScriptedModel([]), stall=None),
     "approval_only": lambda: Agent(ScriptedModel([]), [pay], stall=None),
     "tools_stall_fatal": lambda: Agent(ScriptedModel([]), [lookup, pay, deploy]),
+    "every_feature": every_feature,
+    "sub_agent_parent": sub_agent_parent,
 }
 
 
@@ -66,6 +110,24 @@ class TestWitnesses:
                 witness.run(server=server)
                 assert server.invalid == [], witness.name
                 assert server.remaining == 0, witness.name
+
+
+@pytest.mark.parametrize("name", ["every_feature", "sub_agent_parent"])
+def test_defect_rows_fire_through_the_injected_defect(name: str) -> None:
+    """Each defect row (kept apart from the reachable ones) is fired by its witness, the
+    defect injected with `inject_defect` into the run itself (not a sub-agent's)."""
+    agent = CONFIGURATIONS[name]()
+    found = defect_witnesses(agent)
+    assert [w.row.key for w in found] == [r.key for r in reachable_rows(agent).defect_rows]
+    for witness in found:
+        with FakeAnthropicServer() as server:
+            assert witness.run(server=server).end_state == "failed", witness.name
+            assert server.invalid == [], witness.name
+
+
+def test_inject_defect_names_a_state_without_a_phase() -> None:
+    with pytest.raises(ValueError, match="no phase runs 'completed'"), inject_defect("completed"):
+        pass
 
 
 _ANSWERS = st.sampled_from(

@@ -56,7 +56,13 @@ from statemachine_agent.testing.validator import (
     known_request_params,
     validate_request,
 )
-from statemachine_agent.testing.witnesses import Witness, unwitnessed, witnesses
+from statemachine_agent.testing.witnesses import (
+    Witness,
+    defect_witnesses,
+    inject_defect,
+    unwitnessed,
+    witnesses,
+)
 
 __all__ = [
     "DEFAULT_USAGE",
@@ -79,10 +85,12 @@ __all__ = [
     "assert_trail_matches",
     "assert_valid_request",
     "capture_events",
+    "defect_witnesses",
     "describe_problems",
     "deterministic_ids",
     "error_body",
     "fired",
+    "inject_defect",
     "known_request_params",
     "new_id",
     "path",

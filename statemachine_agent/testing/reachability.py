@@ -121,6 +121,21 @@ _ONLY_OLD_RECORDS: Mapping[tuple[str, str, str, tuple[str, ...]], str] = {
 """Fallback rows the rows above them cover completely, with why (no guard to carry it)."""
 
 
+_ONLY_AFTER: Mapping[
+    tuple[str, str, str, tuple[str, ...]], tuple[str, str, str, tuple[str, ...]]
+] = {
+    ("verify", "verified", "completed", ("verdict_passed",)): (
+        "reason",
+        "replied",
+        "verify",
+        ("is_end_turn", "verifier_configured"),
+    ),
+}
+"""Rows only a run that came in by one row can take, with that row: a claim `verify`
+passes without `finish_called` came from a plain end_turn, so with that row ruled out
+(an `output_type` takes every end_turn) only the finish tool's claims reach `verify`."""
+
+
 def _verdicts(setup: Setup, table: tuple[Row, ...]) -> dict[Row, str | None]:
     """Each non-defect row: `None` when reachable under `setup`, else why not."""
     verdicts: dict[Row, str | None] = {}
@@ -131,6 +146,15 @@ def _verdicts(setup: Setup, table: tuple[Row, ...]) -> dict[Row, str | None]:
         why = None if row.source in setup.states else f"`{row.source}` is unreachable"
         if why is None:
             why = _ONLY_OLD_RECORDS.get(row.key) or _ruled_out(setup, row)
+        came_by = _ONLY_AFTER.get(row.key)
+        if why is None and came_by is not None:
+            entry = next((r for r in verdicts if r.key == came_by), None)
+            if entry is None or verdicts[entry] is not None:
+                why = (
+                    f"only a run that came in by {came_by[0]} --{came_by[1]} "
+                    f"[{' & '.join(came_by[3])}]--> {came_by[2]} takes it, and that row is "
+                    "unreachable"
+                )
         allowed[row] = why is None
         if why is None:
             why = _shadowed(setup, row, [e for e in table if allowed.get(e) and e is not row])

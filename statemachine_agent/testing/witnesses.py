@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +27,7 @@ from statemachine_agent.machine.cancel import CancelToken
 from statemachine_agent.machine.reach import Setup
 from statemachine_agent.machine.result import RunResult
 from statemachine_agent.machine.run import TransitionRecord
-from statemachine_agent.machine.table import Row
+from statemachine_agent.machine.table import INITIAL_STATE, Row
 from statemachine_agent.models.base import ModelError, ModelReply, ModelRequest
 from statemachine_agent.persistence.base import MemoryCheckpointer
 from statemachine_agent.testing import replies
@@ -81,7 +82,19 @@ class Scenario:
     resume: int = 0
     """Times to resume the run once it stopped (approving every pending call)."""
     verdicts: tuple[bool, ...] = ()
-    """The verifier's verdicts, in order (rejections give feedback "not yet")."""
+    """The verifier's verdicts, in order (rejections give feedback "not yet"); once they
+    run out, every claim passes."""
+    critic: tuple[Answer, ...] = ()
+    """The critic's answers at reflections, in order; then "Keep going." each time."""
+    summaries: tuple[Answer, ...] = ()
+    """The summary model's answers, in order; then a short summary each time."""
+    child: tuple[Answer, ...] | None = None
+    """The answers of the sub-agents' models, in call order (all sub-agents share them);
+    `None`: a child that may pause calls its tool needing approval, then answers."""
+    defect_in: str | None = None
+    """Inject a defect (see `inject_defect`) into this state's phase: a `crashed` row."""
+    cancel_after_side_reply: str | None = None
+    """Cancel as the first answer of this side model (`"summary"`, `"critic"`) comes back."""
     changes: Mapping[str, Any] = field(default_factory=dict)
     """Settings the witness needs changed (a budget of one iteration)."""
 
@@ -123,10 +136,16 @@ class Witness:
         steered: list[int] = []
         run_id = replies.new_id("witness")
         run_ids.add(run_id)
-        agent = _stubbed(self.agent, self.scenario, token, server)
+        sides = _Sides(self.scenario, server is not None, tokens)
+        agent = _stubbed(self.agent, self.scenario, token, server, sides)
         if self.scenario.cancel_on_entering == "start":
             token.cancel()
-        with observers.watch_transitions(note):
+        defect = (
+            inject_defect(self.scenario.defect_in, run_id=run_id)
+            if self.scenario.defect_in
+            else nullcontext()
+        )
+        with sides, defect, observers.watch_transitions(note):
             result = await agent.arun("Witness the row.", run_id=run_id, cancel=token)
             for _ in range(self.scenario.resume):
                 if result.end_state not in ("cancelled", "awaiting_approval"):
@@ -137,6 +156,8 @@ class Witness:
                 decisions = {p["tool_use_id"]: Approve() for p in pending}
                 tokens.append(CancelToken())
                 result = await agent.aresume(run_id, decisions=decisions or None, cancel=tokens[-1])
+        if sides.invalid:
+            raise AssertionError(f"witness {self.name}: invalid side requests: {sides.invalid}")
         if self.row.key not in seen:
             fired = ", ".join(f"{k[0]}->{k[2]}{list(k[3])}" for k in sorted(seen))
             raise AssertionError(
@@ -155,6 +176,53 @@ def witnesses(agent: Agent[Any]) -> list[Witness]:
         if recipe is not None:
             found.append(Witness(row, agent, recipe(_Kit(agent, setup))))
     return found
+
+
+def defect_witnesses(agent: Agent[Any]) -> list[Witness]:
+    """One witness per defect row of `agent` (`Reachability.defect_rows`), kept apart from
+    `witnesses`: the shortest scenario into the row's state, with `inject_defect` making
+    that state's phase raise there. Its later answers are never asked for."""
+    setup = setup_of(agent)
+    reach = reachable_rows(agent)
+    found = []
+    for row in reach.defect_rows:
+        into = next((r for r in reach.reachable if r.dest == row.source and r.key in RECIPES), None)
+        if row.source == INITIAL_STATE:
+            scenario = Scenario(_end(_Kit(agent, setup)))
+        elif into is not None:
+            scenario = RECIPES[into.key](_Kit(agent, setup))
+        else:
+            continue
+        found.append(Witness(row, agent, dataclasses.replace(scenario, defect_in=row.source)))
+    return found
+
+
+@contextmanager
+def inject_defect(state: str, *, run_id: str | None = None) -> Iterator[None]:
+    """The test hook that fires a `crashed` row: while open, the phase that runs `state`
+    raises a `ZeroDivisionError` (a bug, not a model or tool failure) the first time it
+    runs (for the run `run_id` only, when given: not in a sub-agent's). It patches the
+    phase's class, so use it in one test at a time (as pytest's `monkeypatch` would); it
+    is put back on exit."""
+    from statemachine_agent.machine.engine import PHASES
+
+    if state not in PHASES:
+        raise ValueError(f"inject_defect: no phase runs {state!r}; one of {sorted(PHASES)}")
+    kind = type(PHASES[state])
+    original = kind.run
+    calls: list[None] = []
+
+    async def broken(self: Any, ctx: Any) -> str:
+        if not calls and (run_id is None or ctx.state.run_id == run_id):
+            calls.append(None)
+            raise ZeroDivisionError(f"defect injected into {state} (witnesses.inject_defect)")
+        return await original(self, ctx)
+
+    kind.run = broken  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        kind.run = original  # type: ignore[method-assign]
 
 
 def unwitnessed(agent: Agent[Any]) -> list[Row]:
@@ -186,6 +254,51 @@ class _Kit:
             chosen.name, _sample(chosen.input_schema), id=replies.new_id("toolu")
         )
 
+    def calls(self, n: int) -> tuple[JSON, ...]:
+        """`n` plain calls with different inputs (so no stall is seen among them)."""
+        chosen = self.plain_tool or next(iter(self.agent.tools))
+        return tuple(
+            replies.tool_use(
+                chosen.name, _sample(chosen.input_schema, f"{i}"), id=replies.new_id("toolu")
+            )
+            for i in range(n)
+        )
+
+    @property
+    def output_tool(self) -> Tool | None:
+        """The `final_result` tool of an agent with an `output_type`."""
+        if self.agent.output_type is None:
+            return None
+        from statemachine_agent.tools.output import output_spec
+
+        return output_spec(self.agent.output_type).tool()
+
+    def answer(self) -> JSON:
+        """The reply that answers the task: a valid `final_result` call when the agent
+        has an `output_type`, plain text otherwise."""
+        spec = self.output_tool
+        if spec is None:
+            return _text()
+        return replies.tool_use(spec.name, _sample(spec.input_schema), id=replies.new_id("toolu"))
+
+    def finish(self, status: str) -> JSON:
+        """A call of the run-ending tool: `finish` with `status`, else `final_result`."""
+        for tool in self.agent.tools:
+            if tool.ends_run and "status" in (tool.input_schema.get("properties") or {}):
+                given = {"status": status, "summary": "Done."}
+                return replies.tool_use(tool.name, given, id=replies.new_id("toolu"))
+        return self.answer()
+
+    def claim(self) -> JSON:
+        """A claimed completion the verifier checks: the finish tool, or plain text."""
+        if self.output_tool is None and not self.setup.ends_run:
+            return _text()
+        return self.finish("completed")
+
+    def bad_answer(self) -> JSON:
+        """A `final_result` call its type rejects."""
+        return replies.tool_use("final_result", {"unexpected": [1]}, id=replies.new_id("toolu"))
+
     def step(self) -> JSON:
         """A reply that keeps the loop going: a plain tool call, or a paused turn."""
         if self.plain_tool is not None:
@@ -206,7 +319,7 @@ def _usage(output: int, input: int = 20) -> dict[str, int]:
 
 def _end(kit: _Kit) -> tuple[Answer, ...]:
     """The answers that end a run cleanly from a fresh request."""
-    return (_text(),)
+    return (kit.answer(),)
 
 
 Recipe = Callable[[_Kit], Scenario]
@@ -220,7 +333,10 @@ def _stall(kit: _Kit, *, persists: bool) -> Scenario:
     same = _sample(kit.plain_tool.input_schema) if kit.plain_tool else {}
     name = kit.plain_tool.name if kit.plain_tool else ""
     calls = policy.threshold + (policy.max_interventions if persists else 0)
-    ending = (_text("Repeating myself."),) if not persists or policy.salvage else ()
+    if persists:
+        ending: tuple[Answer, ...] = (_text("Repeating myself."),) if policy.salvage else ()
+    else:
+        ending = (kit.answer(),)
     return Scenario(
         (
             *(replies.tool_use(name, same, id=replies.new_id("toolu")) for _ in range(calls)),
@@ -238,16 +354,16 @@ def _through(kit: _Kit, *, host: int = 0, cancel: str | None = None) -> Scenario
     """A tool call that goes through to `observe`: a plain one, or an approved one (the
     run pauses, and is resumed approving it). `host` more resumes follow a cancel."""
     if kit.plain_tool is not None:
-        return Scenario((kit.call(), _text()), cancel_on_entering=cancel, resume=host)
+        return Scenario((kit.call(), kit.answer()), cancel_on_entering=cancel, resume=host)
     return Scenario(
-        (kit.call(kit.tool(_pauses)), _text()), cancel_on_entering=cancel, resume=1 + host
+        (kit.call(kit.tool(_pauses)), kit.answer()), cancel_on_entering=cancel, resume=1 + host
     )
 
 
 def _acted(kit: _Kit) -> Scenario:
     """The model calls a tool (the run may pause on it, which ends the witness)."""
     if kit.plain_tool is not None:
-        return Scenario((kit.call(), _text()))
+        return Scenario((kit.call(), kit.answer()))
     return Scenario((kit.call(kit.tool(_pauses)),))
 
 
@@ -263,7 +379,7 @@ RECIPES: Mapping[RowKey, Recipe] = {
     ),
     ("perceive", "prepared", "reason", ()): lambda k: Scenario(_end(k)),
     ("perceive", "prepared", "perceive", ("steering_waiting",)): lambda k: Scenario(
-        (k.step(), _text()), steer_on_entering="reason"
+        (k.step(), k.answer()), steer_on_entering="reason"
     ),
     ("reason", "replied", "cancelled", ("cancel_requested",)): lambda k: Scenario(
         _end(k), cancel_after_reply=1
@@ -274,25 +390,25 @@ RECIPES: Mapping[RowKey, Recipe] = {
     ),
     ("reason", "replied", "completed", ("is_end_turn",)): lambda k: Scenario(_end(k)),
     ("reason", "replied", "truncated", ("is_max_tokens", "output_below_limit")): lambda k: Scenario(
-        (replies.text("Cut", stop_reason="max_tokens", usage=_usage(10)),)
+        _cuts(k, _usage(10))
     ),
     ("reason", "replied", "truncated", ("is_max_tokens",)): lambda k: Scenario(
-        (replies.text("Cut", stop_reason="max_tokens", usage=_usage(k.agent.max_tokens)),)
+        _cuts(k, _usage(k.agent.max_tokens))
     ),
     ("reason", "replied", "refused", ("is_refusal",)): lambda k: Scenario(
         (replies.reply(stop_reason="refusal"),)
     ),
     ("reason", "replied", "perceive", ("is_pause_turn",)): lambda k: Scenario(
-        (replies.reply(replies.text_block("Working."), stop_reason="pause_turn"), _text())
+        (replies.reply(replies.text_block("Working."), stop_reason="pause_turn"), k.answer())
     ),
     ("reason", "replied", "perceive", ("is_compaction",)): lambda k: Scenario(
         (
             replies.reply({"type": "compaction", "content": "Summary."}, stop_reason="compaction"),
-            _text(),
+            k.answer(),
         )
     ),
     ("reason", "replied", "compact", ("is_context_exceeded", "can_compact")): lambda k: Scenario(
-        (replies.text("Cut", stop_reason="model_context_window_exceeded"), _text())
+        (replies.text("Cut", stop_reason="model_context_window_exceeded"), k.answer())
     ),
     ("reason", "replied", "context_overflow", ("is_context_exceeded",)): lambda k: Scenario(
         tuple(replies.text("Cut", stop_reason="model_context_window_exceeded") for _ in range(2))
@@ -306,7 +422,7 @@ RECIPES: Mapping[RowKey, Recipe] = {
         cancel_on_entering="reason"
     ),
     ("reason", "model_failed", "compact", ("is_context_error", "can_compact")): lambda k: Scenario(
-        (_TOO_LONG, _text())
+        (_TOO_LONG, k.answer())
     ),
     ("reason", "model_failed", "context_overflow", ("is_context_error",)): lambda k: Scenario(
         (_TOO_LONG, _TOO_LONG) if k.setup.settings.context.retry_on_overflow else (_TOO_LONG,)
@@ -336,16 +452,16 @@ RECIPES: Mapping[RowKey, Recipe] = {
     ),
     ("cancelled", "resumed", "intervene", ("cancelled_in_intervene",)): lambda k: Scenario(
         _stall(k, persists=False).replies[:-1],
-        after_resume=(_text(),),
+        after_resume=(k.answer(),),
         cancel_on_entering="intervene",
         resume=1,
     ),
     ("compact", "compacted", "cancelled", ("cancel_requested",)): lambda k: Scenario(
         (_TOO_LONG,), cancel_on_entering="compact"
     ),
-    ("compact", "compacted", "perceive", ()): lambda k: Scenario((_TOO_LONG, _text())),
+    ("compact", "compacted", "perceive", ()): lambda k: Scenario((_TOO_LONG, k.answer())),
     ("awaiting_approval", "resumed", "act", ()): lambda k: Scenario(
-        (k.call(k.tool(_pauses)),), after_resume=(_text(),), resume=1
+        (k.call(k.tool(_pauses)),), after_resume=(k.answer(),), resume=1
     ),
     ("cancelled", "resumed", "perceive", ("cancelled_before_reply",)): lambda k: Scenario(
         after_resume=_end(k), cancel_on_entering="start", resume=1
@@ -355,7 +471,7 @@ RECIPES: Mapping[RowKey, Recipe] = {
     ),
     ("cancelled", "resumed", "act", ("cancelled_in_act",)): lambda k: Scenario(
         _acted(k).replies[:1],
-        after_resume=(_text(),) if k.plain_tool else (),
+        after_resume=(k.answer(),) if k.plain_tool else (),
         cancel_on_entering="act",
         resume=1,
     ),
@@ -363,10 +479,108 @@ RECIPES: Mapping[RowKey, Recipe] = {
         k, host=1, cancel="observe"
     ),
     ("cancelled", "resumed", "compact", ("cancelled_in_compact",)): lambda k: Scenario(
-        (_TOO_LONG,), after_resume=(_text(),), cancel_on_entering="compact", resume=1
+        (_TOO_LONG,), after_resume=(k.answer(),), cancel_on_entering="compact", resume=1
+    ),
+    ("perceive", "prepared", "summarize", ("summary_due",)): lambda k: _summarized(k),
+    ("summarize", "summarized", "perceive", ()): lambda k: _summarized(k),
+    ("summarize", "summarized", "cancelled", ("cancel_requested",)): lambda k: _stopped(
+        _summarized(k, cancel_after_side_reply="summary")
+    ),
+    ("summarize", "summary_failed", "compact", ()): lambda k: _summarized(
+        k, summaries=(replies.reply(stop_reason="end_turn"),)
+    ),
+    ("summarize", "summary_failed", "cancelled", ("cancel_requested",)): lambda k: _stopped(
+        _summarized(
+            k,
+            summaries=(replies.reply(stop_reason="end_turn"),),
+            cancel_on_entering="summarize",
+        )
+    ),
+    ("cancelled", "resumed", "perceive", ("cancelled_in_summarize",)): lambda k: _summarized(
+        k, cancel_on_entering="summarize", resume=1
+    ),
+    (
+        "reason",
+        "replied",
+        "perceive",
+        ("is_end_turn", "output_expected", "output_retry_left"),
+    ): lambda k: Scenario((_text(), k.answer())),
+    ("reason", "replied", "failed", ("is_end_turn", "output_expected")): lambda k: Scenario(
+        tuple(_text() for _ in range(k.setup.settings.output_retries + 1))
+    ),
+    ("act", "tools_done", "failed", ("answer_retries_exhausted",)): lambda k: Scenario(
+        tuple(k.bad_answer() for _ in range(k.setup.settings.output_retries + 1))
+    ),
+    ("reason", "replied", "continue", ("is_max_tokens", "can_continue")): lambda k: _continued(k),
+    ("continue", "continued", "perceive", ()): lambda k: _continued(k),
+    ("continue", "continued", "cancelled", ("cancel_requested",)): lambda k: _stopped(
+        dataclasses.replace(_continued(k), cancel_on_entering="continue")
+    ),
+    ("cancelled", "resumed", "continue", ("cancelled_in_continue",)): lambda k: dataclasses.replace(
+        _continued(k), cancel_on_entering="continue", resume=1
+    ),
+    ("observe", "observed", "verify", ("finish_claims_success", "verifier_configured")): (
+        lambda k: Scenario((k.finish("completed"),))
+    ),
+    ("observe", "observed", "finished", ("finish_called",)): lambda k: Scenario(
+        (k.finish("failed"),)
+    ),
+    ("verify", "verified", "finished", ("verdict_passed", "finish_called")): lambda k: Scenario(
+        (k.finish("completed"),)
+    ),
+    ("verify", "verified", "completed", ("verdict_passed",)): lambda k: Scenario((_text(),)),
+    ("verify", "verified", "perceive", ()): lambda k: Scenario(
+        (k.claim(), k.claim()), verdicts=(False,)
+    ),
+    ("verify", "verified", "failed", ("rejections_exhausted",)): lambda k: Scenario(
+        tuple(k.claim() for _ in range(k.setup.settings.max_rejections + 1)),
+        verdicts=(False,) * (k.setup.settings.max_rejections + 1),
+    ),
+    ("verify", "verified", "cancelled", ("cancel_requested",)): lambda k: Scenario(
+        (k.claim(),), cancel_on_entering="verify"
+    ),
+    ("cancelled", "resumed", "verify", ("cancelled_in_verify",)): lambda k: Scenario(
+        (k.claim(),), cancel_on_entering="verify", resume=1
+    ),
+    ("observe", "observed", "reflect", ("reflection_due",)): lambda k: _reflected(k),
+    ("reflect", "reflected", "perceive", ()): lambda k: _reflected(k),
+    ("reflect", "reflected", "cancelled", ("cancel_requested",)): lambda k: _stopped(
+        _reflected(k, cancel_on_entering="reflect")
+    ),
+    ("cancelled", "resumed", "reflect", ("cancelled_in_reflect",)): lambda k: _reflected(
+        k, cancel_on_entering="reflect", resume=1
     ),
 }
 """The shortest scenario for each row, given what the agent offers."""
+
+
+def _summarized(kit: _Kit, **host: Any) -> Scenario:
+    """Two calls, then the answer: the witness summarizes whatever the prompt's size (the
+    threshold down to one token, one exchange kept), so the second prompt has one to replace."""
+    context = dataclasses.replace(kit.setup.settings.context, summarize_at_tokens=1, keep_last=1)
+    return Scenario((*kit.calls(2), kit.answer()), changes={"context": context}, **host)
+
+
+def _stopped(scenario: Scenario) -> Scenario:
+    """The scenario cancelled for good: its last answer (the one after) is never asked for."""
+    return dataclasses.replace(scenario, replies=scenario.replies[:-1])
+
+
+def _cuts(kit: _Kit, usage: dict[str, int]) -> tuple[Answer, ...]:
+    """Text replies cut at `max_tokens`, one more than the continuations allowed."""
+    count = kit.setup.settings.max_continuations + 1
+    return tuple(replies.text("Cut", stop_reason="max_tokens", usage=usage) for _ in range(count))
+
+
+def _continued(kit: _Kit) -> Scenario:
+    """A text reply cut at `max_tokens`, continued; then the answer."""
+    return Scenario((replies.text("Cut", stop_reason="max_tokens", usage=_usage(10)), kit.answer()))
+
+
+def _reflected(kit: _Kit, **host: Any) -> Scenario:
+    """As many different calls as the reflection interval, then the answer."""
+    interval = kit.setup.settings.reflection_interval or 1
+    return Scenario((*kit.calls(interval), kit.answer()), **host)
 
 
 def _pauses(tool: Tool) -> bool:
@@ -384,26 +598,27 @@ def _delegate(tool: Tool) -> object | None:
 # -- playing a scenario ------------------------------------------------------------------
 
 
-def _sample(schema: Mapping[str, Any]) -> JSON:
-    """A small input that fits `schema`: each required property with a plain value."""
+def _sample(schema: Mapping[str, Any], salt: str = "") -> JSON:
+    """A small input that fits `schema`: each required property with a plain value
+    (strings carry `salt`, so calls with different salts differ)."""
     props = schema.get("properties") or {}
-    return {name: _value(props.get(name) or {}) for name in schema.get("required") or ()}
+    return {name: _value(props.get(name) or {}, salt) for name in schema.get("required") or ()}
 
 
-def _value(schema: Mapping[str, Any]) -> Any:
+def _value(schema: Mapping[str, Any], salt: str = "") -> Any:
     if "enum" in schema:
         return schema["enum"][0]
     kind = schema.get("type")
     kind = kind[0] if isinstance(kind, list) else kind
     return {
-        "string": "x",
-        "integer": 1,
-        "number": 1,
+        "string": "x" + salt,
+        "integer": 1 + len(salt),
+        "number": 1 + len(salt),
         "boolean": True,
         "array": [],
-        "object": _sample(schema),
+        "object": _sample(schema, salt),
         "null": None,
-    }.get(str(kind), "x")
+    }.get(str(kind), "x" + salt)
 
 
 def _stub(tool: Tool) -> Tool:
@@ -465,8 +680,85 @@ class _Scripted:
         return self.complete(request)
 
 
+_SIDE_DEFAULTS: Mapping[str, Answer] = {
+    "critic": replies.text("Keep going."),
+    "summary": replies.text("Summary: the task was set and one tool was called."),
+}
+_SIDE_SUPPLY = 12
+"""Default answers a side model has (a witness calls it a few times at most)."""
+
+
+class _Sides:
+    """The models beside the loop's (critic, summary model, sub-agents'): each scripted
+    with the scenario's answers, then its defaults; through the real SDK, each against a
+    strict server of its own, so their order never mixes with the loop's."""
+
+    def __init__(self, scenario: Scenario, through_sdk: bool, tokens: list[CancelToken]) -> None:
+        self._scenario = scenario
+        self._sdk = through_sdk
+        self._tokens = tokens
+        self._servers: list[FakeAnthropicServer] = []
+        self.invalid: list[str] = []
+
+    def __enter__(self) -> _Sides:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for server in self._servers:
+            self.invalid.extend(str(problem) for problem in server.invalid)
+            server.__exit__(None, None, None)
+
+    def model(self, purpose: str, name: str, answers: Sequence[Answer]) -> Any:
+        if self._sdk:
+            server = FakeAnthropicServer().__enter__()
+            self._servers.append(server)
+            server.add(*(_served(a) for a in answers))
+            inner: Any = server.model(name, max_retries=0)
+        else:
+            inner = _Scripted(answers, name)
+        cancel = self._scenario.cancel_after_side_reply == purpose
+        return _Side(inner, self._tokens, cancel)
+
+    def answers(self, purpose: str) -> tuple[Answer, ...]:
+        given = self._scenario.critic if purpose == "critic" else self._scenario.summaries
+        return (*given, *(_SIDE_DEFAULTS[purpose] for _ in range(_SIDE_SUPPLY)))
+
+
+class _Side:
+    """A side model; cancels the run (the latest token) after its first answer if asked."""
+
+    def __init__(self, inner: Any, tokens: list[CancelToken], cancel: bool) -> None:
+        self.name = inner.name
+        self._inner = inner
+        self._tokens = tokens
+        self._cancel = cancel
+
+    def complete(self, request: ModelRequest) -> ModelReply:
+        return self._after(self._inner.complete(request))
+
+    async def acomplete(self, request: ModelRequest) -> ModelReply:
+        return self._after(await self._inner.acomplete(request))
+
+    def _after(self, reply: ModelReply) -> ModelReply:
+        if self._cancel:
+            self._cancel = False
+            self._tokens[-1].cancel()
+        return reply
+
+
+def _child_answers(agent: Agent[Any]) -> tuple[Answer, ...]:
+    """A sub-agent's default: call its tool needing approval (if any), then answer."""
+    kit = _Kit(agent, setup_of(agent))
+    pausing = [t for t in agent.tools if _pauses(t)]
+    return (*((kit.call(pausing[0]),) if pausing else ()), kit.answer())
+
+
 def _stubbed(
-    agent: Agent[Any], scenario: Scenario, token: CancelToken, server: FakeAnthropicServer | None
+    agent: Agent[Any],
+    scenario: Scenario,
+    token: CancelToken,
+    server: FakeAnthropicServer | None,
+    sides: _Sides,
 ) -> Agent[Any]:
     answers: Sequence[Answer] = (*scenario.replies, *scenario.after_resume)
     if server is not None:
@@ -476,12 +768,60 @@ def _stubbed(
         inner = _Scripted(answers, agent.model.name)
     changes: dict[str, Any] = {
         "model": _Loop(inner, token, scenario.cancel_after_reply),
-        "tools": [_stub(t) for t in agent.tools],
+        "tools": [_stub_in(t, scenario, sides) for t in _own_tools(agent)],
         "fallback_models": (),
-        **scenario.changes,
     }
+    parts = agent._parts
+    if parts.settings.has_verifier:
+        changes["verify"] = _verifier(scenario.verdicts, parts.settings.max_rejections)
+    reflection = agent.reflection
+    if reflection is not None and reflection.critic is not None:
+        named = reflection.critic if isinstance(reflection.critic, str) else reflection.critic.name
+        critic = sides.model("critic", named, sides.answers("critic"))
+        changes["reflection"] = dataclasses.replace(reflection, critic=critic)
+    if agent.context.summarize_at_tokens is not None or "context" in scenario.changes:
+        name = (agent.summary_model or agent.model).name
+        changes["summary_model"] = sides.model("summary", name, sides.answers("summary"))
+    changes.update(scenario.changes)
     changes["checkpointer"] = MemoryCheckpointer()  # a resume needs one; each play its own
     return agent.replace(**changes)
+
+
+def _own_tools(agent: Agent[Any]) -> list[Tool]:
+    """The agent's tools without the `final_result` its `output_type` adds (made again)."""
+    from statemachine_agent.tools.output import OUTPUT_TOOL
+
+    typed = agent.output_type is not None
+    return [t for t in agent.tools if not (typed and t.name == OUTPUT_TOOL)]
+
+
+def _verifier(verdicts: Sequence[bool], max_rejections: int) -> Any:
+    """The verifier, its verdicts scripted: the scenario's in order, then passes."""
+    from statemachine_agent.policy.verify import Claim, Verdict, VerifyPolicy
+
+    left = list(verdicts)
+
+    def verdict(claim: Claim) -> Verdict:
+        ok = left.pop(0) if left else True
+        return Verdict(ok, "" if ok else "Not yet: check the figures again.")
+
+    return VerifyPolicy(verdict, max_rejections=max_rejections)
+
+
+def _stub_in(tool: Tool, scenario: Scenario, sides: _Sides) -> Tool:
+    """`_stub`, and a sub-agent's tool rebuilt around its agent with its model scripted."""
+    delegate = _delegate(tool)
+    if delegate is None:
+        return _stub(tool)
+    child: Agent[Any] = delegate.agent  # type: ignore[attr-defined]
+    given = scenario.child if scenario.child is not None else _child_answers(child)
+    model = sides.model("child", child.model.name, given)
+    stubbed = child.replace(
+        model=model,
+        tools=[_stub_in(t, scenario, sides) for t in _own_tools(child)],
+        fallback_models=(),
+    )
+    return stubbed.as_tool(name=tool.name, description=tool.description)
 
 
 def _served(answer: Answer) -> JSON | FakeError:
