@@ -23,6 +23,8 @@ EventType = Literal[
     "tool_input_complete",
     "reply_restarted",
     "tool_result",
+    "run_tainted",
+    "call_gated",
     "transition",
     "run_ended",
 ]
@@ -123,6 +125,36 @@ class ToolResult:
 
 
 @dataclass(frozen=True, slots=True)
+class RunTainted:
+    """Untrusted text entered the run for the first time (from the call named, whose
+    `tool_result` follows): from now on its `TaintPolicy` gates side-effect calls.
+
+    A client shows it so a person watching knows why a later call waits for them."""
+
+    run_id: str
+    iteration: int
+    tool: str
+    tool_use_id: str
+    excerpt: str
+    """The start of the untrusted result, on one line (redacted like the audit's)."""
+    type: Literal["run_tainted"] = field(default="run_tainted", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class CallGated:
+    """The run's `TaintPolicy` gated a side-effect call of the tainted run: `action` is
+    `approve` (it goes to the approval policy, or waits for a person) or `deny` (it is
+    answered with an error and never runs)."""
+
+    run_id: str
+    iteration: int
+    tool: str
+    tool_use_id: str
+    action: str
+    type: Literal["call_gated"] = field(default="call_gated", init=False)
+
+
+@dataclass(frozen=True, slots=True)
 class Transition:
     """The machine fired a row: from `source` on `trigger` to `dest`, with each guard's verdict."""
 
@@ -153,6 +185,8 @@ StreamEvent = (
     | ToolInputComplete
     | ReplyRestarted
     | ToolResult
+    | RunTainted
+    | CallGated
     | Transition
     | RunEnded[OutputT]
 )

@@ -23,9 +23,11 @@ from statemachine_agent.machine.result import OutputT, RunResult
 from statemachine_agent.machine.resume import RunAlreadyEndedError
 from statemachine_agent.models.streaming import ReplyDelta, listening
 from statemachine_agent.stream.events import (
+    CallGated,
     ReplyRestarted,
     ReplyStarted,
     RunEnded,
+    RunTainted,
     StreamEvent,
     TextDelta,
     ThinkingDelta,
@@ -86,6 +88,14 @@ class StreamTap:
                                  record.get("error_kind")))  # fmt: skip
         elif event == "tool.skipped":
             self._not_run(record)
+        elif event == "taint.entered":
+            self._put(RunTainted(self.run_id, int(record.get("iteration") or 0),
+                                 str(record["tool"]), str(record["tool_use_id"]),
+                                 str(record.get("excerpt", ""))))  # fmt: skip
+        elif event == "taint.gated":
+            self._put(CallGated(self.run_id, int(record.get("iteration") or 0),
+                                str(record["tool"]), str(record["tool_use_id"]),
+                                str(record.get("action", ""))))  # fmt: skip
 
     def _not_run(self, record: Mapping[str, Any]) -> None:
         """A started call that will never run is answered on the stream as in the history
