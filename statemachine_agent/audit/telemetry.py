@@ -5,7 +5,10 @@ run's events (already redacted) into spans, so the machine needs no hooks of its
 own and a trace shows exactly what the audit trail says. A run is a span
 `invoke_agent <agent name>`; each model call a child `chat <model>`, each tool
 call a child `execute_tool <tool name>`; every transition an event of the run's
-span, with its guards' verdicts.
+span, with its guards' verdicts. Taint shows too: a run into which untrusted text
+entered has `statemachine_agent.tainted` (and the source's tool and call id) on its
+span, and each call its `TaintPolicy` gated is an event of the run span and has
+`statemachine_agent.taint.gated` (`approve` or `deny`) on its tool span.
 
 Only `opentelemetry-api` is needed (the `otel` extra): the application brings the
 SDK and its exporter. Without a configured tracer provider nothing is built.
@@ -281,6 +284,36 @@ class TraceSink:
         }
         self._run.add_event("transition", attributes)
 
+    def _tainted(self, record: Mapping[str, Any]) -> None:
+        """Untrusted text entered the run: the run span says so from now on (a backend
+        can select tainted runs by attribute), and an event marks when and from where."""
+        if self._run is None:
+            return
+        source = {
+            "statemachine_agent.taint.tool": str(record.get("tool") or ""),
+            "statemachine_agent.taint.tool_use_id": str(record.get("tool_use_id") or ""),
+        }
+        self._run.set_attributes({"statemachine_agent.tainted": True, **source})
+        self._run.add_event("taint.entered", source)
+
+    def _taint_gated(self, record: Mapping[str, Any]) -> None:
+        """A side-effect call was gated: on its tool span (open since its `tool.called`)
+        and as an event of the run span. A gate implies taint, so a resumed run's span,
+        opened after its `taint.entered`, is marked tainted here too."""
+        call_id = str(record.get("tool_use_id") or "")
+        action = str(record.get("action") or "")
+        call = self._tools.get(call_id)
+        if call is not None:
+            call.set_attribute("statemachine_agent.taint.gated", action)
+        if self._run is None:
+            return
+        self._run.set_attribute("statemachine_agent.tainted", True)
+        self._run.add_event("taint.gated", {
+            "gen_ai.tool.name": str(record.get("tool") or ""),
+            "gen_ai.tool.call.id": call_id,
+            "statemachine_agent.taint.action": action,
+        })  # fmt: skip
+
     def _ended(self, record: Mapping[str, Any]) -> None:
         if self._run is None:
             return
@@ -364,5 +397,7 @@ _HANDLERS = {
     "tool.finished": TraceSink._tool_done,
     "tool.failed": TraceSink._tool_done,
     "transition.fired": TraceSink._transition,
+    "taint.entered": TraceSink._tainted,
+    "taint.gated": TraceSink._taint_gated,
     "run.ended": TraceSink._ended,
 }
