@@ -101,6 +101,22 @@ class TestInspect:
         assert "End state:  none (no run.ended event" in out
 
 
+class TestInspectTaint:
+    def test_the_taint_and_the_gated_call_are_noted(self, tmp_path: Path, capsys: Capsys) -> None:
+        """`inspect` notes where untrusted text entered and which call was gated."""
+        from tests.test_report import tainted_run
+
+        events = tainted_run(tmp_path)
+        path = tmp_path / "tainted.jsonl"
+        path.write_text("".join(json.dumps(e) + "\n" for e in events), encoding="utf-8")
+        assert main(["inspect", str(path)]) == 0
+        out = capsys.readouterr().out
+        assert "taint.entered: untrusted text from" in out
+        assert "fetch_page" in out
+        assert "taint.gated: send_email" in out
+        assert "(toolu_send)" in out
+
+
 class TestInspectErrors:
     def test_missing_file(self, tmp_path: Path, capsys: Capsys) -> None:
         """A missing audit file exits 2 with one line naming it."""

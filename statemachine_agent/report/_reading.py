@@ -44,6 +44,8 @@ _NOTE_EVENTS: Mapping[str, bool] = {
     "context.summary_failed": True,
     "run.steered": False,
     "run.forked": False,
+    "taint.entered": False,
+    "taint.gated": False,
 }
 """Events shown as one-line notes in their iteration."""
 
@@ -586,6 +588,19 @@ def _note_text(name: str, event: Mapping[str, Any]) -> str:
         return (
             f"forked from {as_str(event.get('forked_from'))} at transition "
             f"{as_int(event.get('forked_at'))}"
+        )
+    if name == "taint.entered":
+        return (
+            f"untrusted text from {as_str(event.get('tool'))} "
+            f"({as_str(event.get('tool_use_id'))}): {as_str(event.get('excerpt'))}"
+        )
+    if name == "taint.gated":
+        action = {"approve": "sent for approval", "deny": "refused"}.get(
+            as_str(event.get("action")), as_str(event.get("action"))
+        )
+        return (
+            f"{as_str(event.get('tool'))} ({as_str(event.get('tool_use_id'))}) {action}: "
+            "the run has read untrusted text"
         )
     if name == "phase.crashed":
         return f"{as_str(event.get('state'))} crashed: {as_str(event.get('error'))}"
