@@ -13,10 +13,15 @@ working state (a cancel request ends in `cancelled`, a crash in `failed`) from t
 "any working state" box, rows the same from every helper state from theirs, an end
 state's resume rows (one per place a run can stop) as one edge back into the
 working states, rows between the same two states as one edge, and a pause with its
-resume as one two-way edge. The rules group by shape, never by a list of rows, so
-a new row lands in its group. The *full* diagram (`full=True`, `diagram --full`)
-draws every row as its own edge; the *path* drawing (`path=True`, the report's)
-only the states a run visited and the rows it fired.
+resume as one two-way edge. Then rows from several states of one box (the loop, or
+the helper states) into one state outside it are one edge from that box, a line per
+row naming its state (every helper state goes back to `perceive`; the verifier and
+the commit both end in `completed`), and the other rows into a state every working
+state reaches (`failed`) join that shared edge, so each end state has few arrows in.
+The rules group by shape, never by a list of rows, so a new row lands in its group.
+The *full* diagram (`full=True`, `diagram --full`) draws every row as its own edge;
+the *path* drawing (`path=True`, the report's) only the states a run visited and the
+rows it fired.
 
 Given a run's trail (its `TransitionRecord`s, or the `transition.fired` events
 of its audit file), the states it visited and the rows it fired are highlighted,
@@ -68,6 +73,10 @@ ANY_STATE = "any_working_state"
 
 ANY_HELPER = "any_helper_state"
 """The box the review diagram draws the rows shared by every helper state from."""
+
+LOOP = "any_loop_state"
+"""The box of the loop's four phases, which the review diagram draws rows from several
+of them into one state from."""
 
 RESUMED_LABEL = "carry on where it stopped"
 """What the one edge of an end state's resume rows says (they go back wherever the run
@@ -377,24 +386,111 @@ def _two_way(drawn: list[Edge]) -> list[Edge]:
     return [edge for edge in merged if edge.id not in paired]
 
 
+def _pauses(rows: list[Row]) -> list[Row]:
+    """Resume rows that go back to a state with its own row into the end state (a pause
+    in `act` resumed in `act`): each is drawn as the way back of that row's edge, not
+    in the end state's resume group."""
+    into = {(row.source, row.dest) for row in rows if row.dest in table.END_STATES}
+    return [
+        row for row in rows if row.source in table.END_STATES and (row.dest, row.source) in into
+    ]
+
+
+def _box_of(state: str) -> str | None:
+    """The innermost box a state is drawn in (the loop, or the helper states)."""
+    if state in table.WORKING_STATES:
+        return LOOP
+    return ANY_HELPER if state in table.HELPER_STATES else None
+
+
+def _from_box(drawn: list[Edge], marks: Highlight) -> list[Edge]:
+    """Row edges from several states of one box into one state outside it, drawn as one
+    edge from the box: a line per row, naming the state it leaves."""
+    found: dict[tuple[str, str], list[Edge]] = {}
+    for edge in drawn:
+        box = _box_of(edge.source)
+        if box is not None and edge.kind == "row" and edge.dest not in _box_states(box):
+            found.setdefault((box, edge.dest), []).append(edge)
+    merged = {id(edge) for members in found.values() if len(members) > 1 for edge in members}
+    out = [edge for edge in drawn if id(edge) not in merged]
+    for (box, dest), members in found.items():
+        if len(members) > 1:
+            keys = [key for edge in members for key in edge.rows]
+            out.append(_lines_edge(box, dest, f"{_BOX_IDS[box]}.{dest}", "", keys, marks))
+    return out
+
+
+def _into_shared(drawn: list[Edge], shared: list[Edge], marks: Highlight) -> list[Edge]:
+    """The other edges from working states (or their boxes) into a state every working
+    state reaches by a shared row (a crash into `failed`) join that shared edge."""
+    joined: set[int] = set()
+    out = []
+    for group in shared:
+        others = [
+            edge
+            for edge in drawn
+            if edge.dest == group.dest and edge.kind in ("row", "group") and edge.back is None
+            and (edge.source in _BOX_IDS or _box_of(edge.source) is not None)
+        ]  # fmt: skip
+        if not others:
+            out.append(group)
+            continue
+        joined.update(id(edge) for edge in others)
+        keys = [key for edge in others for key in edge.rows]
+        head = f"any working state: {group.label}"
+        joint = _lines_edge(ANY_STATE, group.dest, group.id, head, keys, marks)
+        out.append(replace(joint, rows=group.rows + joint.rows, count=group.count + joint.count,
+                           unfired=group.unfired and joint.unfired,
+                           description=f"{group.description} / {joint.description}"))  # fmt: skip
+    return [edge for edge in drawn if id(edge) not in joined] + out
+
+
+_BOX_IDS: Mapping[str, str] = {ANY_STATE: "group", ANY_HELPER: "helpers", LOOP: "loop"}
+"""The prefix of the SVG id of an edge drawn from each box."""
+
+
+def _lines_edge(
+    box: str, dest: str, edge_id: str, head: str, keys: list[RowKey], marks: Highlight
+) -> Edge:
+    """One edge from a box standing for `keys`: a label line per row, naming its state."""
+    by_key = {row.key: row for row in table.ROWS}
+    rows = [by_key[key] for key in keys]
+    lines = [head] if head else []
+    return Edge(
+        box,
+        dest,
+        "\n".join(lines + [f"{row.source}: {row.label}" for row in rows]),
+        edge_id,
+        " / ".join(f"{row.source}: {row.description}" for row in rows),
+        sum(marks.rows[key] for key in keys),
+        "group",
+        unfired=all(key in marks.unfired for key in keys),
+        rows=tuple(keys),
+    )
+
+
 def _review_edges(marks: Highlight) -> list[Edge]:
     """The review drawing: rows shared by every working (or helper) state from its box,
     an end state's resume rows as one edge, rows between the same two states as one
-    edge, and a pause with its resume as one two-way edge."""
+    edge, rows from several states of a box into one state outside it as one edge from
+    the box, other rows into a shared edge's state joined to it, and a pause with its
+    resume as one two-way edge."""
     shared = common_edges()
     taken = {row.key for group in shared for row in group.rows}
     rest = tuple(row for row in table.ROWS if row.key not in taken)
     helpers = common_edges(rest, box=ANY_HELPER)
     taken.update(row.key for group in helpers for row in group.rows)
     left = [row for row in table.ROWS if row.key not in taken]
-    resumed = _resume_edges(left, marks)
+    paused = {row.key for row in _pauses(left)}
+    resumed = _resume_edges([row for row in left if row.key not in paused], marks)
     taken.update(key for edge in resumed for key in edge.rows)
     pairs: dict[tuple[str, str], list[Row]] = {}
     for row in table.ROWS:
         if row.key not in taken:
             pairs.setdefault((row.source, row.dest), []).append(row)
     drawn = [_row_edge(members, marks) for members in pairs.values()]
-    drawn += [_group_edge(group, marks) for group in (*helpers, *shared)]
+    drawn = _from_box(drawn, marks) + [_group_edge(group, marks) for group in helpers]
+    drawn = _into_shared(drawn, [_group_edge(group, marks) for group in shared], marks)
     return _two_way(drawn + resumed)
 
 
@@ -444,7 +540,7 @@ def unfired_ids(trail: Trail, *, full: bool = False) -> set[str]:
 
 def _box_note(box: str, names: Iterable[str]) -> str:
     names = list(dict.fromkeys(names))
-    which = "working" if box == ANY_STATE else "helper"
+    which = {ANY_STATE: "working", ANY_HELPER: "helper", LOOP: "loop"}[box]
     half = (len(names) + 1) // 2
     return f"any {which} state:\n{', '.join(names[:half])},\n{', '.join(names[half:])}"
 
@@ -454,13 +550,15 @@ def _any_state_note(groups: tuple[EdgeGroup, ...]) -> str:
 
 
 def _box_states(box: str) -> tuple[str, ...]:
+    if box == LOOP:
+        return table.WORKING_STATES
     return table.HELPER_STATES if box == ANY_HELPER else table.WORKING_STATES + table.HELPER_STATES
 
 
 def _boxes(drawn: Iterable[Edge]) -> list[str]:
     """The boxes some drawn edge leaves or enters, in a fixed order."""
     ends = {end for edge in drawn for end in (edge.source, edge.dest)}
-    return [box for box in (ANY_STATE, ANY_HELPER) if box in ends]
+    return [box for box in (ANY_STATE, LOOP, ANY_HELPER) if box in ends]
 
 
 def _drawn_states(marks: Highlight, path: bool) -> tuple[str, ...]:
@@ -577,7 +675,11 @@ def _dot_attrs(attrs: Mapping[str, str]) -> str:
     return ", ".join(f"{key}={_dot_quote(value)}" for key, value in attrs.items())
 
 
-_CLUSTERS: Mapping[str, str] = {ANY_STATE: "cluster_working", ANY_HELPER: "cluster_helpers"}
+_CLUSTERS: Mapping[str, str] = {
+    ANY_STATE: "cluster_working",
+    ANY_HELPER: "cluster_helpers",
+    LOOP: "cluster_loop",
+}
 """The Graphviz cluster that stands for each box of the review drawing."""
 
 

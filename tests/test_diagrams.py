@@ -403,6 +403,20 @@ class TestReviewDrawing:
         full = [e for e in mermaid_edges(diagrams.mermaid(full=True)) if "[*]" not in e[:2]]
         assert len(full) == len(table.ROWS)
 
+    def test_rows_from_several_states_of_a_box_are_one_edge_naming_each(self) -> None:
+        """Every helper state goes back to `perceive` by one edge from the helper box, a
+        line per row naming its state; the other rows into `failed` join the crash edge."""
+        drawn = {edge.id: edge for edge in diagrams.edges(diagrams.highlight(None))}
+        back = drawn["helpers.perceive"]
+        into = [row for row in table.ROWS if row.dest == "perceive" and row.source in
+                table.HELPER_STATES]  # fmt: skip
+        assert (back.source, set(back.rows)) == (diagrams.ANY_HELPER, {r.key for r in into})
+        assert back.label.splitlines() == [f"{r.source}: {r.label}" for r in into]
+        failed = drawn["group.failed"]
+        assert set(failed.rows) == {row.key for row in table.ROWS if row.dest == "failed"}
+        assert 'lhead="cluster_loop"' not in diagrams.dot()
+        assert 'ltail="cluster_loop"' in diagrams.dot()
+
     def test_resumes_out_of_cancelled_are_one_edge_back(self) -> None:
         """All `resumed` rows out of `cancelled` are one edge, drawn as the way back of the
         grouped cancel edge, with the words a reviewer reads."""
