@@ -113,3 +113,33 @@ def test_a_typed_answer_leaves_verify_only_the_finish_tools_claims() -> None:
     reasons = {row.key: why for row, why in reachable_rows(agent).unreachable.items()}
     why = reasons[("verify", "verified", "completed", ("verdict_passed",))]
     assert "came in by reason --replied [is_end_turn & verifier_configured]--> verify" in why
+
+
+def test_a_taint_pause_needs_untrusted_text_and_a_gated_side_effect() -> None:
+    """The taint row is reachable only with an untrusted tool and a side-effect tool the
+    policy does not trust (here or in a sub-agent); each missing part is named."""
+    from statemachine_agent import TaintPolicy
+
+    @tool(untrusted=True)
+    def fetch(url: str) -> str:
+        """Fetch a page."""
+        return url
+
+    @tool(side_effect=True)
+    def send(to: str) -> str:
+        """Send a message."""
+        return to
+
+    row = ("act", "tools_done", "awaiting_approval", ("taint_approval_pending",))
+
+    def why(agent: Agent) -> str | None:
+        reasons = {r.key: w for r, w in reachable_rows(agent).unreachable.items()}
+        return reasons.get(row)
+
+    assert "untrusted=True" in str(why(Agent(ScriptedModel([]), [lookup, send])))
+    assert "side_effect=True" in str(why(Agent(ScriptedModel([]), [fetch, lookup])))
+    trusting = TaintPolicy(trusted_tools=("send",))
+    assert "trusted_tools" in str(why(Agent(ScriptedModel([]), [fetch, send], taint=trusting)))
+    assert why(Agent(ScriptedModel([]), [fetch, send])) is None
+    child = Agent(ScriptedModel([]), [fetch, send], name="reader")
+    assert why(Agent(ScriptedModel([]), [child.as_tool()])) is None

@@ -52,6 +52,18 @@ def deploy(target: str) -> str:
     return target
 
 
+@tool(untrusted=True)
+def fetch_page(url: str) -> str:
+    """Fetch a web page."""
+    return url
+
+
+@tool(side_effect=True)
+def send_email(to: str) -> str:
+    """Send an e-mail."""
+    return to
+
+
 class Expense(BaseModel):
     total: int
     note: str
@@ -86,6 +98,12 @@ CONFIGURATIONS: dict[str, Any] = {
     "tools_stall_fatal": lambda: Agent(ScriptedModel([]), [lookup, pay, deploy]),
     "every_feature": every_feature,
     "sub_agent_parent": sub_agent_parent,
+    "taint": lambda: Agent(ScriptedModel([]), [fetch_page, send_email], stall=None),
+    "taint_through_child": lambda: Agent(
+        ScriptedModel([]),
+        [Agent(ScriptedModel([]), [fetch_page, send_email], name="reader").as_tool()],
+        stall=None,
+    ),
 }
 
 

@@ -226,17 +226,7 @@ def approval_pending(run: RunRecord) -> bool:
     return bool(run.approval.awaiting)
 
 
-def _taint_can_pause(setup: reach.Setup) -> str | None:
-    """A taint pause needs a policy that sends gated calls for approval."""
-    policy = setup.settings.taint
-    if policy is None:
-        return "`taint=None`"
-    if policy.side_effects != "approve":
-        return f"`TaintPolicy(side_effects={policy.side_effects!r})`"
-    return None
-
-
-@requires(_taint_can_pause)
+@requires(reach.taint_pause)
 def taint_approval_pending(run: RunRecord) -> bool:
     """A side-effect call a `TaintPolicy` sent for approval, after untrusted text entered
     the run (or, for a sub-agent's pending call, the child's run), waits for a human."""

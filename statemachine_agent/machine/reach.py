@@ -36,6 +36,11 @@ class Setup:
     """Some tool is configured with `on_error="fail"`."""
     ends_run: bool = False
     """Some tool ends the run with its input (`finish`, or `final_result` of an output type)."""
+    may_taint: bool = False
+    """Some tool returns untrusted text (`untrusted=True`), itself or inside a sub-agent."""
+    taint_gates: bool = False
+    """A call `TaintPolicy` would gate may come: a `side_effect=True` tool outside its
+    `trusted_tools`, or a sub-agent whose own taint-gated call pauses it."""
     states: frozenset[str] = frozenset()
     """The states the analysis has found reachable so far (for rules about where a run was)."""
 
@@ -157,6 +162,24 @@ def reflection(setup: Setup) -> str | None:
 def commits(setup: Setup) -> str | None:
     """Calls can be staged (side effects last), so the commit rows can fire."""
     return None if setup.settings.commit is not None else "no deferrable tool (`commit=None`)"
+
+
+def taint_pause(setup: Setup) -> str | None:
+    """A taint-gated pause: approval asked for, untrusted text able to enter, and a
+    side-effect call for the policy to gate."""
+    policy = setup.settings.taint
+    if policy is None:
+        return "`taint=None`"
+    if policy.side_effects != "approve":
+        return f"`TaintPolicy(side_effects={policy.side_effects!r})`"
+    if not setup.may_taint:
+        return "no tool returns untrusted text (`untrusted=True`), nor does any sub-agent's"
+    if not setup.taint_gates:
+        return (
+            "no `side_effect=True` tool outside `TaintPolicy.trusted_tools`, nor a sub-agent "
+            "that pauses on one"
+        )
+    return None
 
 
 def entered(state: str) -> Rule:

@@ -83,7 +83,36 @@ def setup_of(agent: Agent[Any]) -> Setup:
         may_pause=any(may_pause(t) for t in tools),
         fatal_tools=any(t.on_error == "fail" for t in tools),
         ends_run=typed or any(t.ends_run for t in tools),
+        may_taint=_may_taint(tools),
+        taint_gates=_taint_gates(agent),
     )
+
+
+def _children(tools: Iterable[Any]) -> list[Agent[Any]]:
+    from statemachine_agent.agent.subagents import delegate_of
+
+    found = (delegate_of(t) for t in tools)
+    return [d.agent for d in found if d is not None]
+
+
+def _may_taint(tools: list[Any]) -> bool:
+    """Untrusted text can enter: an untrusted tool here or in a sub-agent (whose tainted
+    answer in free text taints this run)."""
+    return any(t.untrusted for t in tools) or any(
+        _may_taint(list(child.tools)) for child in _children(tools)
+    )
+
+
+def _taint_gates(agent: Agent[Any]) -> bool:
+    """A call this agent's `TaintPolicy` gates can come: its own side-effect tool outside
+    `trusted_tools`, or a sub-agent's own taint-gated pause."""
+    from statemachine_agent.machine.reach import taint_pause
+
+    policy = agent._parts.settings.taint
+    trusted = set(policy.trusted_tools) if policy is not None else set()
+    tools = list(agent.tools)
+    own = any(t.side_effect and not t.ends_run and t.name not in trusted for t in tools)
+    return own or any(taint_pause(setup_of(child)) is None for child in _children(tools))
 
 
 def reachable_rows(agent: Agent[Any]) -> Reachability:

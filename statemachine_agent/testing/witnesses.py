@@ -98,6 +98,48 @@ class Scenario:
     changes: Mapping[str, Any] = field(default_factory=dict)
     """Settings the witness needs changed (a budget of one iteration)."""
 
+    def describe(self) -> str:
+        """The scenario in a sentence (the docstring of a generated test)."""
+        said = ["the model answers " + _answers(self.replies) if self.replies else "no answer"]
+        if self.cancel_on_entering == "start":
+            said.append("the host cancels before the run starts")
+        elif self.cancel_on_entering:
+            said.append(f"the host cancels as the run enters {self.cancel_on_entering}")
+        if self.cancel_after_reply:
+            said.append(f"the host cancels as reply {self.cancel_after_reply} comes back")
+        if self.cancel_after_side_reply:
+            said.append(f"the host cancels as the {self.cancel_after_side_reply} comes back")
+        if self.steer_on_entering:
+            said.append(f"the host steers the run as it enters {self.steer_on_entering}")
+        if self.resume:
+            said.append(f"the host resumes it {self.resume}x, approving what is pending")
+        if self.after_resume:
+            said.append("then the model answers " + _answers(self.after_resume))
+        if self.verdicts:
+            said.append(
+                "the verifier says " + ", ".join("yes" if v else "no" for v in self.verdicts)
+            )
+        if self.summaries:
+            said.append("the summary model answers " + _answers(self.summaries))
+        if self.defect_in:
+            said.append(f"a defect is injected into {self.defect_in}")
+        if self.changes:
+            said.append("with " + ", ".join(sorted(self.changes)) + " changed")
+        return "; ".join(said) + "."
+
+
+def _answers(answers: Sequence[Answer]) -> str:
+    return ", ".join(_answer(a) for a in answers)
+
+
+def _answer(answer: Answer) -> str:
+    if isinstance(answer, Fault):
+        return f"an API error {answer.status}"
+    calls = [b["name"] for b in answer.get("content") or () if b.get("type") == "tool_use"]
+    if calls:
+        return "a call of " + " and ".join(calls)
+    return str(answer.get("stop_reason") or "a reply")
+
 
 @dataclass(frozen=True)
 class Witness:
@@ -243,7 +285,7 @@ class _Kit:
         """A tool whose call goes straight through (no approval, no end, no failure)."""
         for tool in self.agent.tools:
             special = tool.requires_approval or tool.ends_run or tool.on_error == "fail"
-            if not special and _delegate(tool) is None:
+            if not special and not _pauses(tool):  # a sub-agent that cannot pause too
                 return tool
         return None
 
@@ -460,8 +502,13 @@ RECIPES: Mapping[RowKey, Recipe] = {
         (_TOO_LONG,), cancel_on_entering="compact"
     ),
     ("compact", "compacted", "perceive", ()): lambda k: Scenario((_TOO_LONG, k.answer())),
-    ("awaiting_approval", "resumed", "act", ()): lambda k: Scenario(
-        (k.call(k.tool(_pauses)),), after_resume=(k.answer(),), resume=1
+    ("awaiting_approval", "resumed", "act", ()): lambda k: (
+        Scenario((k.call(k.tool(_pauses)),), after_resume=(k.answer(),), resume=1)
+        if any(_pauses(t) for t in k.agent.tools)
+        else _taint_paused(k, after_resume=(k.answer(),), resume=1)
+    ),
+    ("act", "tools_done", "awaiting_approval", ("taint_approval_pending",)): lambda k: (
+        _taint_paused(k)
     ),
     ("cancelled", "resumed", "perceive", ("cancelled_before_reply",)): lambda k: Scenario(
         after_resume=_end(k), cancel_on_entering="start", resume=1
@@ -559,6 +606,32 @@ def _summarized(kit: _Kit, **host: Any) -> Scenario:
     threshold down to one token, one exchange kept), so the second prompt has one to replace."""
     context = dataclasses.replace(kit.setup.settings.context, summarize_at_tokens=1, keep_last=1)
     return Scenario((*kit.calls(2), kit.answer()), changes={"context": context}, **host)
+
+
+def _taint_pair(agent: Agent[Any]) -> tuple[Tool, Tool] | None:
+    """An untrusted tool and a side-effect tool its `TaintPolicy` gates, if it has both."""
+    policy = agent._parts.settings.taint
+    trusted = set(policy.trusted_tools) if policy is not None else set()
+    untrusted = [t for t in agent.tools if t.untrusted]
+    gated = [t for t in agent.tools if t.side_effect and not t.ends_run and t.name not in trusted]
+    return (untrusted[0], gated[0]) if untrusted and gated else None
+
+
+def _taint_paused(kit: _Kit, **host: Any) -> Scenario:
+    """Untrusted text comes in, then a side-effect call the taint policy sends for approval:
+    the run's own two calls, or a sub-agent's (which pauses the run by its taint row)."""
+    pair = _taint_pair(kit.agent)
+    if pair is not None:
+        return Scenario((kit.call(pair[0]), kit.call(pair[1])), **host)
+    for tool in kit.agent.tools:
+        delegate = _delegate(tool)
+        child = getattr(delegate, "agent", None)
+        inner = _taint_pair(child) if child is not None else None
+        if child is not None and inner is not None:
+            child_kit = _Kit(child, setup_of(child))
+            said = (child_kit.call(inner[0]), child_kit.call(inner[1]), child_kit.answer())
+            return Scenario((kit.call(tool),), child=said, **host)
+    raise LookupError("no taint-gated pause in this agent (nor a sub-agent's own)")
 
 
 def _stopped(scenario: Scenario) -> Scenario:
@@ -750,7 +823,8 @@ def _child_answers(agent: Agent[Any]) -> tuple[Answer, ...]:
     """A sub-agent's default: call its tool needing approval (if any), then answer."""
     kit = _Kit(agent, setup_of(agent))
     pausing = [t for t in agent.tools if _pauses(t)]
-    return (*((kit.call(pausing[0]),) if pausing else ()), kit.answer())
+    more = tuple(kit.answer() for _ in range(_SIDE_SUPPLY))  # a child called again answers
+    return (*((kit.call(pausing[0]),) if pausing else ()), kit.answer(), *more)
 
 
 def _stubbed(
