@@ -627,6 +627,9 @@ def parser() -> argparse.ArgumentParser:
     from statemachine_agent.cli.fork import add_command as add_fork_command
 
     add_fork_command(sub)
+    from statemachine_agent.cli.testgen import add_command as add_testgen_command
+
+    add_testgen_command(sub)
     return top
 
 
