@@ -326,6 +326,8 @@ def _stub_tools(started: Mapping[str, Any]) -> ToolRegistry:
                 handler=never,
                 ends_run=bool(flags.get(name, {}).get("ends_run")),
                 requires_approval=bool(flags.get(name, {}).get("requires_approval")),
+                side_effect=bool(flags.get(name, {}).get("side_effect")),
+                deferrable=bool(flags.get(name, {}).get("deferrable")),
             )
         )
     return registry
@@ -502,6 +504,7 @@ def replay_events(
             else None
         ),
         approval=_recorded_approvals(events),
+        commit=settings.commit,
         effects=effects,
         checkpointer=MemoryCheckpointer(),
         audit=Audit(sinks=[effects, seen]),

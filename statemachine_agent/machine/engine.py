@@ -215,6 +215,7 @@ class Engine:
                         "ends_run": t.ends_run,
                         "requires_approval": t.requires_approval,
                         "side_effect": t.side_effect,
+                        "deferrable": t.deferrable,
                     }
                     for t in ctx.deps.tools
                 },

@@ -82,10 +82,12 @@ class Commit:
                      for _, call in batch]  # fmt: skip
             scope = RunScope(deps=ctx.host_deps, run_id=run.run_id, iteration=run.iteration,
                              usage=run.usage, metadata=dict(run.metadata), env=ctx)  # fmt: skip
+
+            def settle(call: ToolCall, outcome: ToolOutcome, e: dict[str, Any] = entries) -> None:
+                self._settle(ctx, e[call.id], call, outcome)
+
             with tool_scope(scope):
-                await deps.effects.run_tools(
-                    deps.tools, keyed, lambda c, o, e=entries: self._settle(ctx, e[c.id], c, o)
-                )
+                await deps.effects.run_tools(deps.tools, keyed, settle)
             if run.staged.failure is not None:
                 return
 
