@@ -207,9 +207,13 @@ def _pending(ctx: PhaseEnv) -> list[dict[str, Any]]:
             pending.append(entry)
         child = run.subagents.runs.get(c.id) or {}
         pending += [p for p in child.get("pending") or () if p["tool_use_id"] in waiting]
-    pending += [{"tool_use_id": s["tool_use_id"], "name": s["tool"], "input": s["input"],
-                 "staged": s["ref"]}
-                for s in run.staged.calls if s["tool_use_id"] in waiting]  # fmt: skip
+    for s in run.staged.calls:  # asked at commit, as one batch
+        if s["tool_use_id"] in waiting:
+            entry = {"tool_use_id": s["tool_use_id"], "name": s["tool"], "input": s["input"],
+                     "staged": s["ref"]}  # fmt: skip
+            if s["tool_use_id"] in run.taint.gated:
+                entry["tainted_by"] = [dict(t) for t in run.taint.sources]
+            pending.append(entry)
     return pending
 
 
