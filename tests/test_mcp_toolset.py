@@ -193,6 +193,25 @@ class TestOptions:
         )
         assert run_once(free, "Add.").end_state == "completed"
 
+    def test_chosen_tools_are_deferrable_and_switch_staging_on(self, http_url: str) -> None:
+        """`deferrable=` alone switches staging on: the chosen tool's call is staged in the
+        loop and run in `commit` when the run ends well; the others run at once."""
+        model = calls(("echo", {"text": "later"}), ("add", {"a": 1, "b": 2}))
+        agent = Agent(model, tools=[served(http_url, deferrable={"echo"})])
+        assert agent.commit is not None
+        result = run_once(agent, "Echo, then add.")
+        assert result.end_state == "completed", result.reason
+        staged, added = results(result)
+        assert staged["content"].startswith("staged: echo runs when the task is complete")
+        assert not added["content"].startswith("staged")
+        (ran,) = (result.details or {})["committed"]
+        assert (ran["ref"], ran["tool"], ran["content"], ran["is_error"]) == (
+            "S1", "echo", "later", False)  # fmt: skip
+        assert [t.dest for t in result.trail][-2:] == ["commit", "completed"]
+        assert Agent(calls(), tools=[served(http_url)]).commit is None
+        with pytest.raises(TypeError, match="deferrable= takes True or a collection"):
+            served(http_url, deferrable="echo")
+
 
 AT_EXIT = """
 import sys

@@ -279,7 +279,9 @@ class Agent(Generic[OutputT]):
             settings = dataclasses.replace(
                 settings, has_verifier=True, max_rejections=verify.max_rejections
             )
-        if commit is None and any(t.deferrable for t in registry):
+        if commit is None and (
+            any(t.deferrable for t in registry) or any(ts.may_defer for ts in registry.toolsets)
+        ):
             commit = CommitPolicy()
         if commit is not None:
             settings = dataclasses.replace(settings, commit=commit)

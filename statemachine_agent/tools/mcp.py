@@ -106,6 +106,10 @@ class MCPToolset(Toolset):
     - `prefix`: put before each tool's name, to keep two servers' tools apart;
     - `untrusted=True`: fence the results as outside content (`Tool.untrusted`);
     - `requires_approval`: the tools (or `True`: all) whose calls need approval;
+    - `deferrable`: the tools (or `True`: all) that are writes whose result the model
+      does not need to go on: their calls are staged and run in `commit` once the run
+      would end successfully (side effects last; `Tool.deferrable`, which implies
+      `side_effect`), and one such tool switches staging on for the agent;
     - `timeout`: seconds a call may go without a result or a progress notification
       before it is answered with a timeout error;
     - `max_call_seconds`: seconds a call may take however much progress it reports;
@@ -135,6 +139,7 @@ class MCPToolset(Toolset):
         prefix: str = "",
         untrusted: bool = False,
         requires_approval: bool | Collection[str] = (),
+        deferrable: bool | Collection[str] = (),
         timeout: float | None = DEFAULT_TOOL_TIMEOUT,
         max_call_seconds: float | None = DEFAULT_MAX_CALL_SECONDS,
         resend: Mapping[str, bool] | None = None,
@@ -146,8 +151,9 @@ class MCPToolset(Toolset):
         for label, names in (("allow", allow or ()), ("deny", deny)):
             if isinstance(names, str):
                 raise TypeError(f"MCPToolset {label}= takes a collection of names, not one string")
-        if isinstance(requires_approval, str):
-            raise TypeError("MCPToolset requires_approval= takes True or a collection of names")
+        for label, chosen in (("requires_approval", requires_approval), ("deferrable", deferrable)):
+            if isinstance(chosen, str):
+                raise TypeError(f"MCPToolset {label}= takes True or a collection of names")
         if timeout is not None and not timeout > 0:
             raise ValueError(f"MCPToolset timeout must be positive, got {timeout!r}")
         _check_call_limits(timeout, max_call_seconds)
@@ -172,6 +178,7 @@ class MCPToolset(Toolset):
             if isinstance(requires_approval, bool)
             else frozenset(requires_approval)
         )
+        self.deferrable = deferrable if isinstance(deferrable, bool) else frozenset(deferrable)
         self.timeout = timeout
         self.start_timeout = start_timeout
         self.max_call_seconds = max_call_seconds
@@ -248,6 +255,10 @@ class MCPToolset(Toolset):
     @property
     def may_require_approval(self) -> bool:
         return bool(self.requires_approval)
+
+    @property
+    def may_defer(self) -> bool:
+        return bool(self.deferrable)
 
     async def list_tools(self) -> list[Tool]:
         """The server's tools (filtered, prefixed) as `Tool`s; the list is then fresh."""
@@ -450,7 +461,8 @@ class MCPToolset(Toolset):
         async def handler(**arguments: Any) -> ToolContent:
             return await self.call(remote, arguments, resend=resend)
 
-        approval = self.requires_approval
+        approval, deferred = self.requires_approval, self.deferrable
+        staged = deferred if isinstance(deferred, bool) else remote in deferred
         return Tool(
             name=name,
             description=spec.description or spec.title or f"The {remote!r} tool of {self.name}.",
@@ -459,6 +471,8 @@ class MCPToolset(Toolset):
             timeout=self.max_call_seconds if self.timeout is not None else None,
             untrusted=self.untrusted,
             requires_approval=approval if isinstance(approval, bool) else remote in approval,
+            side_effect=staged,
+            deferrable=staged,
         )
 
 

@@ -38,6 +38,12 @@ class Toolset(ABC):
         return False
 
     @property
+    def may_defer(self) -> bool:
+        """Whether some of its tools may be deferrable, so the agent stages their calls
+        and commits them (its tools are listed only when a run starts)."""
+        return False
+
+    @property
     def notes(self) -> Mapping[str, Any]:
         """What the last listing changed from the source's own list (names mapped, tools
         left out), for each run's `toolset.listed` event; empty when nothing changed."""
