@@ -277,6 +277,77 @@ class TestQuarantinedReader:
         ]
 
 
+class TestExpenseCommit:
+    """Seed 001, exercise 3: reads run at once; the decisions are staged, checked by the
+    verifier, and run in `commit` only once it accepts."""
+
+    def test_only_the_corrected_plan_runs_once_after_the_verifier_accepts(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The first plan approves the over-limit hotel claim: the verifier rejects it
+        while nothing has run; the model unstages it and stages a return; commit then
+        runs the taxi approval and the return, each once, with its idempotency key."""
+        example = load("expense_commit")
+        ledger = example.Ledger()
+        seen: list[tuple[bool, int, int]] = []
+        check = example.check_plan
+
+        def watching(claim: Any) -> Any:
+            verdict = check(claim)
+            seen.append((verdict.ok, len(ledger.approved), len(ledger.returned)))
+            return verdict
+
+        monkeypatch.setattr(example, "check_plan", watching)
+        result = example.main(ledger)
+        assert_end_state(result, "completed")
+        assert seen == [(False, 0, 0), (True, 0, 0)]  # nothing ran while being checked
+        assert [a["claim_id"] for a in ledger.approved] == ["E-1024"]
+        assert [(r["claim_id"], r["reason"]) for r in ledger.returned] == [
+            ("E-1025", example.HOTEL_RETURN["reason"])
+        ]
+        keys = [entry["key"] for entry in (*ledger.approved, *ledger.returned)]
+        assert all(k.startswith(f"{result.run_id}:") for k in keys)
+        assert len(set(keys)) == 2
+        committed = (result.details or {})["committed"]
+        assert sorted((c["ref"], c["tool"]) for c in committed) == [
+            ("S1", "approve_claim"),
+            ("S3", "return_claim"),
+        ]
+        assert "staged" not in (result.details or {})
+        assert [r.dest for r in result.trail][-3:] == ["verify", "commit", "completed"]
+        assert [name for name, _ in tool_results(result)].count("unstage") == 1
+
+    def test_the_verifier_reads_the_staged_plan(self) -> None:
+        """Through the example's own checks: an approval over the limit, a claim left
+        undecided and a covered claim returned are each rejected, naming the reference."""
+        from statemachine_agent.policy.verify import Claim
+
+        example = load("expense_commit")
+
+        def verdict(*calls: tuple[str, dict[str, Any]]) -> Any:
+            messages: list[dict[str, Any]] = []
+            for n, (name, payload) in enumerate(calls, 1):
+                block = {"type": "tool_use", "id": f"t{n}", "name": name, "input": payload}
+                messages.append({"role": "assistant", "content": [block]})
+                answer = f"staged: {name} runs when the task is complete; reference S{n}"
+                result = {"type": "tool_result", "tool_use_id": f"t{n}", "content": answer}
+                messages.append({"role": "user", "content": [result]})
+            return example.check_plan(Claim("end_turn", "done", None, messages, 1, "r"))
+
+        taxi = ("approve_claim", {"claim_id": "E-1024", "amount": 3200})
+        hotel_back = ("return_claim", example.HOTEL_RETURN)
+        assert verdict(taxi, hotel_back).ok
+        over = verdict(taxi, ("approve_claim", {"claim_id": "E-1025", "amount": 48000}))
+        assert not over.ok
+        assert over.feedback.startswith("S2 approves E-1025")
+        assert "No decision staged for E-1025" in verdict(taxi).feedback
+        wrong = verdict(("return_claim", {"claim_id": "E-1024", "reason": "x"}), hotel_back)
+        assert not wrong.ok
+        assert "S1 returns E-1024" in wrong.feedback
+        unstaged = verdict(taxi, hotel_back, ("unstage", {"reference": "S1"}))
+        assert "No decision staged for E-1024" in unstaged.feedback
+
+
 class TestAsUsersRunThem:
     """Every example is a script a user can copy and run."""
 
