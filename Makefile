@@ -52,7 +52,7 @@ $(MCP_SERVERS)/.installed: tests/mcp_servers/package.json tests/mcp_servers/pack
 mcp-servers: $(MCP_SERVERS)/.installed
 
 unit: $(STAMP) system-deps mcp-servers
-	$(BIN)/pytest -q --transition-coverage-fail-under=100
+	$(BIN)/pytest -q --transition-coverage-fail-under=100 --transition-coverage-of=table
 
 test: lint typecheck unit reference
 

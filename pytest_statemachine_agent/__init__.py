@@ -8,7 +8,8 @@ Disable it with `-p no:statemachine_agent`.
 
 Fixtures: `anthropic_server`, `openai_server`, `scripted_model`, `audit_events`.
 Options: `--transition-coverage`, `--transition-coverage-fail-under=PERCENT`,
-`--transition-coverage-report=FILE`, `--update-golden`.
+`--transition-coverage-report=FILE`, `--transition-coverage-of={reachable,table}`,
+`--update-golden`.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ if TYPE_CHECKING:
 
 COVERAGE_KEY = "statemachine_agent_coverage"
 """Where an xdist worker puts its counts in `workeroutput` (and the controller reads them)."""
+REACH_KEY = "statemachine_agent_reach"
+"""Where an xdist worker puts what its runs' configurations can reach."""
 GOLDEN_KEY = "statemachine_agent_golden"
 """Where an xdist worker lists the golden files it rewrote."""
 
@@ -47,8 +50,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="PERCENT",
         type=float,
         default=None,
-        help="fail the session when fewer than PERCENT of the table's rows fired "
-        "(implies --transition-coverage)",
+        help="fail the session when fewer than PERCENT of the measured rows fired (the "
+        "rows the agents that ran can reach, or every row with --transition-coverage-of="
+        "table) (implies --transition-coverage)",
+    )
+    group.addoption(
+        "--transition-coverage-of",
+        choices=("reachable", "table"),
+        default="reachable",
+        help="what coverage is measured against: the rows the agents the suite ran can "
+        "reach, the rest listed apart with the setting that rules each out and the "
+        "crashed rows apart as defect rows (reachable, the default), or every row of the "
+        "table (table)",
     )
     group.addoption(
         "--transition-coverage-report",
@@ -78,7 +91,8 @@ def pytest_configure(config: pytest.Config) -> None:
             "--transition-coverage-report names the JSON file (the HTML page goes next to it)"
         )
     if option.transition_coverage or fail_under is not None or report is not None:
-        config.pluginmanager.register(_CoveragePlugin(config, fail_under, report), _COVERAGE)
+        plugin = _CoveragePlugin(config, fail_under, report, option.transition_coverage_of)
+        config.pluginmanager.register(plugin, _COVERAGE)
     if option.update_golden:
         config.pluginmanager.register(_GoldenPlugin(config), _GOLDEN)
 
@@ -94,13 +108,17 @@ def _is_worker(config: pytest.Config) -> bool:
 class _CoveragePlugin:
     """Counts rows for the session; under xdist, workers count and the controller merges."""
 
-    def __init__(self, config: pytest.Config, fail_under: float | None, report: str | None):
+    def __init__(
+        self, config: pytest.Config, fail_under: float | None, report: str | None, of: str
+    ) -> None:
         from statemachine_agent.testing.coverage import TransitionCoverage
 
         self.config = config
         self.fail_under = fail_under
         self.report = Path(report) if report is not None else None
-        self.coverage: TransitionCoverage = TransitionCoverage()
+        self.coverage: TransitionCoverage = TransitionCoverage(
+            of="table" if of == "table" else "reachable"
+        )
         self._watch: AbstractContextManager[Any] = self.coverage.watch()
         self._watch.__enter__()
         self.failed_under: str | None = None
@@ -114,11 +132,14 @@ class _CoveragePlugin:
         """xdist: a worker finished; add its counts."""
         output = getattr(node, "workeroutput", None) or {}
         self.coverage.merge(output.get(COVERAGE_KEY) or ())
+        if output.get(REACH_KEY):
+            self.coverage.merge_reach(output[REACH_KEY])
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if _is_worker(self.config):
             self.config.workeroutput[COVERAGE_KEY] = self.coverage.to_plain()  # type: ignore[attr-defined]
+            self.config.workeroutput[REACH_KEY] = self.coverage.reach_to_plain()  # type: ignore[attr-defined]
             return
         if self.report is not None:
             try:

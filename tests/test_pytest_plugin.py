@@ -31,6 +31,7 @@ from statemachine_agent.testing import (
     replies,
 )
 from statemachine_agent.testing.openai_server import FakeOpenAIServer, chat_text
+from statemachine_agent.testing.reachability import reachable_rows
 
 MakeModel = Callable[..., ScriptedModel]
 
@@ -393,7 +394,7 @@ class TestTransitionCoverage:
         self, pytester: pytest.Pytester
     ) -> None:
         pytester.makepyfile(AGENT_TESTS)
-        result = run(pytester, "--transition-coverage")
+        result = run(pytester, "--transition-coverage", "--transition-coverage-of=table")
         result.assert_outcomes(passed=2)
         assert result.ret == 0
         out = result.stdout.str()
@@ -412,7 +413,9 @@ class TestTransitionCoverage:
 
     def test_fails_under_the_threshold(self, pytester: pytest.Pytester) -> None:
         pytester.makepyfile(AGENT_TESTS)
-        result = run(pytester, "--transition-coverage-fail-under=50")
+        result = run(
+            pytester, "--transition-coverage-fail-under=50", "--transition-coverage-of=table"
+        )
         result.assert_outcomes(passed=2)
         assert result.ret == pytest.ExitCode.TESTS_FAILED
         result.stdout.fnmatch_lines(["FAIL: transition coverage *% is under the required 50%*"])
@@ -421,7 +424,10 @@ class TestTransitionCoverage:
         pytester.makepyfile(AGENT_TESTS)
         share = 100 * 6 / len(ROWS)
         result = pytester.runpytest(
-            "-p", "no:cacheprovider", f"--transition-coverage-fail-under={share - 0.01}"
+            "-p",
+            "no:cacheprovider",
+            f"--transition-coverage-fail-under={share - 0.01}",
+            "--transition-coverage-of=table",
         )
         assert result.ret == 0
 
@@ -437,7 +443,10 @@ class TestTransitionCoverage:
     def test_writes_json_and_an_html_page_with_the_diagram(self, pytester: pytest.Pytester) -> None:
         pytester.makepyfile(AGENT_TESTS)
         result = pytester.runpytest(
-            "-p", "no:cacheprovider", "--transition-coverage-report=out/coverage.json"
+            "-p",
+            "no:cacheprovider",
+            "--transition-coverage-report=out/coverage.json",
+            "--transition-coverage-of=table",
         )
         assert result.ret == 0
         report = json.loads((pytester.path / "out" / "coverage.json").read_text())
@@ -474,12 +483,64 @@ class TestTransitionCoverage:
             "--transition-coverage-report=cov.json",
         )  # fmt: skip
         result.assert_outcomes(passed=4)
-        result.stdout.fnmatch_lines(["*2 workers*", f"*transition coverage: 7/{len(ROWS)} rows*"])
+        reach = reachable_rows(Agent(ScriptedModel([]))).union(
+            reachable_rows(Agent(ScriptedModel([]), tools=[calculate]))
+        )
+        n = len(reach.reachable)
+        result.stdout.fnmatch_lines(["*2 workers*", f"*transition coverage: 7/{n} reachable rows*"])
         report = json.loads((pytester.path / "cov.json").read_text())
+        assert report["of"] == "reachable"
+        assert [r["dest"] for r in report["reachable"]] == [r.dest for r in reach.reachable]
+        assert len(report["unreachable"]) == len(reach.unreachable)
+        assert len(report["defect_rows"]) == len(reach.defect_rows)
         fired = {(r["source"], r["dest"], tuple(r["guards"])): r["fired"] for r in report["rows"]}
         assert fired[("reason", "truncated", ("is_max_tokens",))] == 1
         assert fired[("reason", "completed", ("is_end_turn",))] == 2  # one from each worker
         assert fired[("perceive", "reason", ())] == 5
+
+
+class TestCoverageOfReachableRows:
+    """The default: the denominator is what the agents the suite ran can reach."""
+
+    def test_counts_only_the_rows_the_agents_that_ran_can_reach(
+        self, pytester: pytest.Pytester
+    ) -> None:
+        pytester.makepyfile(AGENT_TESTS)
+        result = run(pytester, "--transition-coverage-report=cov.json")
+        assert result.ret == 0
+        reach = reachable_rows(Agent(ScriptedModel([]), tools=[calculate]))
+        n = len(reach.reachable)
+        result.stdout.fnmatch_lines(
+            [
+                f"*transition coverage: 6/{n} reachable rows fired*; "
+                f"{len(reach.unreachable)} unreachable, {len(reach.defect_rows)} defect rows*",
+                f"never fired ({n - 6}):",
+                f"unreachable by the agents that ran ({len(reach.unreachable)}):",
+                "  perceive --prepared [summary_due]--> summarize: summary_due: "
+                "`ContextPolicy.summarize_at_tokens` is not set",
+                f"defect rows, fired only by a bug ({len(reach.defect_rows)}):",
+            ]
+        )
+        report = json.loads((pytester.path / "cov.json").read_text())
+        assert report["rows_total"] == n
+        assert {(r["source"], r["dest"]) for r in report["unreachable"]} == {
+            (r.source, r.dest) for r in reach.unreachable
+        }
+        assert all(r["reason"] for r in report["unreachable"])
+
+    def test_fail_under_applies_to_the_reachable_rows(self, pytester: pytest.Pytester) -> None:
+        """Six rows fired: under the reachable count's share it passes, above it fails."""
+        pytester.makepyfile(AGENT_TESTS)
+        n = len(reachable_rows(Agent(ScriptedModel([]), tools=[calculate])).reachable)
+        share = 100 * 6 / n
+        assert run(pytester, f"--transition-coverage-fail-under={share - 0.01}").ret == 0
+        failed = run(pytester, f"--transition-coverage-fail-under={share + 0.01}")
+        assert failed.ret == pytest.ExitCode.TESTS_FAILED
+
+    def test_without_any_run_nothing_is_reachable(self, pytester: pytest.Pytester) -> None:
+        pytester.makepyfile("def test_x():\n    pass\n")
+        result = run(pytester, "--transition-coverage")
+        result.stdout.fnmatch_lines(["*transition coverage: 0/0 reachable rows fired (100.0%)*"])
 
 
 class TestGoldenUpdateOption:
@@ -529,6 +590,7 @@ def test_plugin_module_names_only_what_it_registers() -> None:
         "--transition-coverage",
         "--transition-coverage-fail-under",
         "--transition-coverage-report",
+        "--transition-coverage-of",
         "--update-golden",
     ):
         assert f"`{option}" in docs

@@ -20,6 +20,7 @@ from statemachine_agent.audit.chain import Chain
 from statemachine_agent.audit.events import Emitter
 from statemachine_agent.audit.sink import AuditSink, JsonlSink
 from statemachine_agent.audit.telemetry import TraceSink, provider_name, tracer_provider
+from statemachine_agent.machine import observers
 from statemachine_agent.machine.cancel import CancelToken
 from statemachine_agent.machine.phase_env import AgentDeps, PhaseEnv
 from statemachine_agent.machine.result import RunResult
@@ -133,6 +134,8 @@ async def drive(
     parts.driving.add(record.run_id)
     try:
         await refresh_tools(ctx, cancel)  # a toolset's tools, before the run lists them
+        if observers.watching_runs():  # transition coverage: which configurations ran
+            observers.notify_run(record.run_id, record.settings, services.tools)
         return await parts.engine.drive(
             ctx,
             cancel=cancel,

@@ -27,6 +27,8 @@ from statemachine_agent.machine.table import INITIAL_STATE, ROWS, Row
 
 if TYPE_CHECKING:
     from statemachine_agent.agent.core import Agent
+    from statemachine_agent.machine.settings import RunSettings
+    from statemachine_agent.tools.base import Tool
 
 DEFECT_TRIGGER = "crashed"
 """The trigger of rows only a defect fires (a bug in a phase, not a model or tool failure)."""
@@ -68,11 +70,16 @@ class Reachability:
 
 def setup_of(agent: Agent[Any]) -> Setup:
     """What the guards' rules read of `agent`: its run settings and its tools."""
+    return setup_from(agent._parts.settings, agent.tools, typed=agent.output_type is not None)
+
+
+def setup_from(settings: RunSettings, offered: Iterable[Tool], *, typed: bool = False) -> Setup:
+    """What the guards' rules read of a run driven with `settings` and the tools
+    `offered` (what the engine's run observers are told: `observers.watch_runs`)."""
     from statemachine_agent.agent.subagents import may_pause
 
-    tools = list(agent.tools)
-    typed = agent.output_type is not None
-    settings = agent._parts.settings
+    tools = list(offered)
+    typed = typed or settings.output_expected
     if typed and not settings.output_expected:
         import dataclasses
 
@@ -84,7 +91,7 @@ def setup_of(agent: Agent[Any]) -> Setup:
         fatal_tools=any(t.on_error == "fail" for t in tools),
         ends_run=typed or any(t.ends_run for t in tools),
         may_taint=_may_taint(tools),
-        taint_gates=_taint_gates(agent),
+        taint_gates=_taint_gates(settings, tools),
     )
 
 
@@ -103,14 +110,13 @@ def _may_taint(tools: list[Any]) -> bool:
     )
 
 
-def _taint_gates(agent: Agent[Any]) -> bool:
+def _taint_gates(settings: RunSettings, tools: list[Tool]) -> bool:
     """A call this agent's `TaintPolicy` gates can come: its own side-effect tool outside
     `trusted_tools`, or a sub-agent's own taint-gated pause."""
     from statemachine_agent.machine.reach import taint_pause
 
-    policy = agent._parts.settings.taint
+    policy = settings.taint
     trusted = set(policy.trusted_tools) if policy is not None else set()
-    tools = list(agent.tools)
     own = any(t.side_effect and not t.ends_run and t.name not in trusted for t in tools)
     return own or any(taint_pause(setup_of(child)) is None for child in _children(tools))
 
