@@ -90,6 +90,32 @@ class TestDemo:
         for name in SCENARIOS:
             assert re.search(rf"^{re.escape(name)}\s", out, re.M)
 
+    def test_the_expense_demo_runs_only_the_corrected_decision(
+        self, tmp_path: Path, capsys: Capsys
+    ) -> None:
+        """The rejected approval was staged and taken back, never run: the only write the
+        audit file shows running is the return, in `commit`, after the second check."""
+        assert main(["demo", "--scenario", "expense-commit", "--audit-dir", str(tmp_path)]) == 0
+        (path,) = audit_files(tmp_path)
+        events = read_events(path)
+        kinds = [
+            (e["event"], e.get("tool"))
+            for e in events
+            if e["event"].startswith(("call.", "commit.", "verify."))
+        ]
+        assert kinds == [
+            ("call.staged", "approve_claim"),
+            ("verify.checked", None),
+            ("call.unstaged", "approve_claim"),
+            ("call.staged", "return_claim"),
+            ("verify.checked", None),
+            ("commit.started", None),
+            ("commit.finished", None),
+        ]
+        ran = [e["tool"] for e in events if e["event"] in ("tool.finished", "tool.failed")]
+        assert ran == ["read_claim", "read_policy", "return_claim"]
+        assert "completed" in capsys.readouterr().out
+
     def test_unknown_scenario_is_a_usage_error(self, tmp_path: Path, capsys: Capsys) -> None:
         """An unknown scenario exits 2 with one line naming it, and runs nothing."""
         assert main(["demo", "--scenario", "nope", "--audit-dir", str(tmp_path)]) == 2

@@ -6,6 +6,7 @@ model could give, so a reader sees the machine work with no key and no network.
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from statemachine_agent.models.scripted import ScriptedModel
 from statemachine_agent.persistence.base import MemoryCheckpointer
 from statemachine_agent.policy.approval import Approve, Decision
 from statemachine_agent.policy.budget import Budget
+from statemachine_agent.policy.verify import Claim, Verdict
 from statemachine_agent.testing.replies import text, tool_use
 from statemachine_agent.tools.base import Tool
 from statemachine_agent.tools.builtin import calculate, make_current_time_tool
@@ -342,6 +344,77 @@ QUARANTINED_READER = Scenario(
     ],
 )
 
+EXPENSE_LIMIT = 30000
+"""The demo policy's cap on a two-night hotel claim (¥15000 a night)."""
+
+
+@tool
+def read_claim(claim_id: str) -> dict[str, Any]:
+    """Read an expense claim."""
+    return {"claim_id": claim_id, "category": "hotel", "amount": 48000, "nights": 2}
+
+
+@tool
+def read_policy(category: str) -> str:
+    """Read the expense policy for a category."""
+    return "Hotels are covered up to ¥15000 a night, with a receipt."
+
+
+@tool(side_effect=True, deferrable=True)
+def approve_claim(claim_id: str, amount: int) -> str:
+    """Approve a claim for payment (runs once the task is complete and checked)."""
+    return f"{claim_id} approved: ¥{amount} will be paid"
+
+
+@tool(side_effect=True, deferrable=True)
+def return_claim(claim_id: str, reason: str) -> str:
+    """Return a claim to the employee with the reason (runs once the task is checked)."""
+    return f"{claim_id} returned to the employee"
+
+
+def _check_expense_plan(claim: Claim) -> Verdict:
+    """The demo's verifier: no staged approval pays over the policy's limit. A staged
+    call's result names its reference; an `unstage` call takes that reference back."""
+    named: dict[str, dict[str, Any]] = {}
+    plan: dict[str, dict[str, Any]] = {}
+    for message in claim.messages:
+        for block in message["content"] if isinstance(message["content"], list) else ():
+            if block["type"] == "tool_use":
+                named[block["id"]] = block
+                if block["name"] == "unstage":
+                    plan.pop(block["input"]["reference"], None)
+            elif block["type"] == "tool_result":
+                staged = re.match(r"staged:.*?reference (S\d+)", str(block["content"]))
+                if staged:
+                    plan[staged.group(1)] = named[block["tool_use_id"]]
+    for ref, call in plan.items():
+        if call["name"] == "approve_claim" and call["input"]["amount"] > EXPENSE_LIMIT:
+            return Verdict(ok=False, feedback=f"{ref} pays over the ¥{EXPENSE_LIMIT} limit.")
+    return Verdict(ok=True)
+
+
+EXPENSE_COMMIT = Scenario(
+    name="expense-commit",
+    title="Expenses: the approval waits until a checker agrees; a wrong plan is fixed "
+    "before anything is paid",
+    prompt="Decide expense claim E-1025.",
+    system="Read the claim and the policy, then approve the claim or return it.",
+    tools=lambda: [read_claim, read_policy, approve_claim, return_claim],
+    replies=lambda: [
+        tool_use("read_claim", {"claim_id": "E-1025"}),
+        tool_use("read_policy", {"category": "hotel"}),
+        tool_use("approve_claim", {"claim_id": "E-1025", "amount": 48000}),
+        text("E-1025 is approved."),
+        tool_use("unstage", {"reference": "S1"}, text="Over the limit: I take it back."),
+        tool_use(
+            "return_claim",
+            {"claim_id": "E-1025", "reason": "¥48000 is over the ¥30000 limit for 2 nights."},
+        ),
+        text("E-1025 goes back to the employee: it is over the hotel limit."),
+    ],
+    options=lambda: {"verify": _check_expense_plan},
+)
+
 SCENARIOS: dict[str, Scenario] = {
     s.name: s
     for s in (
@@ -354,5 +427,6 @@ SCENARIOS: dict[str, Scenario] = {
         STORED_CONVERSATION,
         SUBAGENTS,
         QUARANTINED_READER,
+        EXPENSE_COMMIT,
     )
 }
