@@ -283,6 +283,41 @@ class TestTaint:
         assert "&lt;script&gt;" in page
 
 
+class TestCommit:
+    def test_the_timeline_shows_the_staged_batch_and_the_commit(self, tmp_path: Path) -> None:
+        """The expense demo: each staged, unstaged call and the commit are entries of the
+        timeline, in order; a discarded call is flagged; on the page the markup of a
+        call's text is text."""
+        _path, events = demo_events("expense-commit", tmp_path)
+        notes = [
+            n
+            for i in build(events).iterations
+            for n in i.notes
+            if n.event.startswith(("call.", "commit."))
+        ]
+        assert [(n.event, n.text) for n in notes] == [
+            ("call.staged", "S1 approve_claim staged, not run yet"),
+            ("call.unstaged", "S1 approve_claim taken back, never run"),
+            ("call.staged", "S2 return_claim staged, not run yet"),
+            ("commit.started", "runs 1 staged calls (S2 return_claim)"),
+            ("commit.finished", "done"),
+        ]
+        why = "the run ended stalled before commit"
+        hostile = {"event": "call.discarded", "run_id": events[0]["run_id"], "ts": 1.0,
+                   "iteration": 7, "ref": "S3", "tool": "<script>x</script>",
+                   "tool_use_id": "toolu_x", "why": why}  # fmt: skip
+        report = build([*events[:-1], hostile, events[-1]])
+        (discarded,) = [
+            n for i in report.iterations for n in i.notes if n.event == "call.discarded"
+        ]
+        assert discarded.error
+        assert discarded.text.endswith(f"never run: {why}")
+        page = render(report, None)
+        assert "<script>x" not in page
+        assert "&lt;script&gt;x" in page
+        assert "commit.started" in page
+
+
 class TestHtml:
     def test_every_audit_string_is_escaped(self) -> None:
         """Markup in the prompt, model text, tool input/output, reason and data is text."""

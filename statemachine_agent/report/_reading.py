@@ -46,6 +46,11 @@ _NOTE_EVENTS: Mapping[str, bool] = {
     "run.forked": False,
     "taint.entered": False,
     "taint.gated": False,
+    "call.staged": False,
+    "call.unstaged": False,
+    "call.discarded": True,
+    "commit.started": False,
+    "commit.finished": False,
 }
 """Events shown as one-line notes in their iteration."""
 
@@ -604,6 +609,22 @@ def _note_text(name: str, event: Mapping[str, Any]) -> str:
         )
     if name == "phase.crashed":
         return f"{as_str(event.get('state'))} crashed: {as_str(event.get('error'))}"
+    if name in ("call.staged", "call.unstaged", "call.discarded"):
+        what = {"call.staged": "staged, not run yet", "call.unstaged": "taken back, never run",
+                "call.discarded": f"never run: {as_str(event.get('why'))}"}[name]  # fmt: skip
+        return f"{as_str(event.get('ref'))} {as_str(event.get('tool'))} {what}"
+    if name == "commit.started":
+        staged = event.get("staged")
+        calls = [as_mapping(c) for c in staged] if isinstance(staged, list) else []
+        listed = ", ".join(f"{as_str(c.get('ref'))} {as_str(c.get('tool'))}" for c in calls)
+        return f"runs {len(calls)} staged calls" + (f" ({listed})" if listed else "")
+    if name == "commit.finished":
+        failure = as_mapping(event.get("failure"))
+        left = event.get("left")
+        text = "done" if not failure else (
+            f"stopped: {as_str(failure.get('ref'))} {as_str(failure.get('tool'))} "
+            f"failed: {as_str(failure.get('error'))}")  # fmt: skip
+        return text + (f"; {len(left)} still staged" if isinstance(left, list) and left else "")
     return as_str(event.get("error")) or name
 
 
