@@ -333,3 +333,36 @@ class TestTaintAtCommit:
         assert done.end_state == "completed", done.reason
         assert ledger == {"run_taint:toolu_refund": 1, "run_taint:toolu_refund2": 1}
         assert [c["ref"] for c in details(done)["committed"]] == ["S1", "S2"]
+
+
+class TestGoldenTrail:
+    def test_the_golden_trail_records_each_staged_calls_fate(self, tmp_path: Path) -> None:
+        """A committed run's file lists its committed calls; one out of budget lists its
+        staged call as discarded; a change of fate is a diff, not a silent pass."""
+        from statemachine_agent.testing.golden import (
+            assert_trail_matches,
+            render,
+            trail_snapshot,
+            updating_golden,
+        )
+
+        script = [use(READ, REFUND), use(REFUND_2), replies.text("Refunded both.")]
+        with FakeAnthropicServer(script) as server:
+            done = refund_agent(server.base_url, None, {}).run("refund both", run_id="g1")
+        assert trail_snapshot(done)["commit"] == [
+            {"ref": "S1", "tool": "refund", "kind": "committed"},
+            {"ref": "S2", "tool": "refund", "kind": "committed"},
+        ]
+        with FakeAnthropicServer(script[:2]) as server:
+            agent = refund_agent(server.base_url, None, {}, budget=Budget(max_iterations=2))
+            cut = agent.run("refund both", run_id="g2")
+        assert cut.end_state == "budget_exhausted"
+        assert render(trail_snapshot(cut))[-2:] == [
+            "staged S1: refund discarded",
+            "staged S2: refund discarded",
+        ]
+        golden = tmp_path / "g.json"
+        with updating_golden():
+            assert_trail_matches(done, golden)
+        with pytest.raises(AssertionError, match="staged S1: refund discarded"):
+            assert_trail_matches(cut, golden)

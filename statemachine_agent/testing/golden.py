@@ -3,7 +3,8 @@
 A golden trail is reviewed the way a snapshot is: when an agent's behaviour
 changes, the test fails with a diff of what the machine did (states, triggers,
 the rows that fired, every guard's verdict, the tools called and their inputs, each
-approval decision and whether a person or the policy made it),
+approval decision and whether a person or the policy made it, and what became of each
+staged call: committed, failed, discarded or kept),
 and `pytest --update-golden` rewrites the file for the change to be committed.
 Timings, ids, token counts and costs are left out: they change without the
 behaviour changing.
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from statemachine_agent.errors import Error
+from statemachine_agent.machine.ends import RESUMABLE_STATES
 from statemachine_agent.machine.result import RunResult
 
 FORMAT = 1
@@ -86,12 +88,33 @@ def trail_snapshot(result: RunResult) -> dict[str, Any]:
             if isinstance(block, Mapping) and block.get("type") == "tool_use"
         ],
     }
+    commit = _commit_snapshot(result)
+    if commit:  # absent when nothing was staged, as approvals are
+        snapshot["commit"] = commit
     if result.approvals:  # absent rather than empty: files of runs without any stand
         snapshot["approvals"] = [
             {"tool": a.tool, "decision": a.decision, "decided_by": a.decided_by}
             for a in result.approvals
         ]
     return snapshot
+
+
+def _commit_snapshot(result: RunResult) -> list[dict[str, Any]]:
+    """Side effects last (issue 34): each staged call's fate, by reference: `committed`
+    (or `failed`) when commit ran it, else `discarded` or, on a resumable end, `kept`
+    staged. What it returned and when are left out, as timings are."""
+    details = result.details or {}
+    fates = [
+        {"ref": c.get("ref"), "tool": c.get("tool"),
+         "kind": "failed" if c.get("is_error") else "committed"}
+        for c in details.get("committed") or ()
+    ]  # fmt: skip
+    kept = result.end_state in RESUMABLE_STATES
+    fates += [
+        {"ref": c.get("ref"), "tool": c.get("tool"), "kind": "kept" if kept else "discarded"}
+        for c in details.get("staged") or ()
+    ]
+    return fates
 
 
 def assert_trail_matches(result: RunResult, path: str | Path) -> None:
@@ -144,6 +167,8 @@ def render(snapshot: Mapping[str, Any]) -> list[str]:
     for n, call in enumerate(snapshot.get("tool_calls") or (), 1):
         shown = json.dumps(call.get("input"), ensure_ascii=False, sort_keys=True)
         lines.append(f"tool {n}: {call.get('name')} {shown}")
+    for fate in snapshot.get("commit") or ():
+        lines.append(f"staged {fate.get('ref')}: {fate.get('tool')} {fate.get('kind')}")
     for n, decision in enumerate(snapshot.get("approvals") or (), 1):
         lines.append(
             f"approval {n}: {decision.get('tool')} {decision.get('decision')} "
