@@ -847,6 +847,11 @@ def rendered(fmt: str, trail: Trail = None, *, full: bool = False, path: bool = 
     Raises `GraphvizNotFoundError` when there is none: the text formats need
     nothing installed, only the rendered ones ask for a renderer.
     """
+    return _rendered_dot(fmt, dot(trail, full=full, path=path))
+
+
+def _rendered_dot(fmt: str, text: str) -> Rendering:
+    """`text` (DOT) rendered to `svg` or `png` by `find_renderer()`'s program."""
     renderer = find_renderer()
     if renderer is None:
         raise GraphvizNotFoundError(
@@ -854,7 +859,7 @@ def rendered(fmt: str, trail: Trail = None, *, full: bool = False, path: bool = 
         )
     done = subprocess.run(
         [renderer.path, f"-T{fmt}"],
-        input=dot(trail, full=full, path=path).encode("utf-8"),
+        input=text.encode("utf-8"),
         capture_output=True,
         check=False,
         timeout=60,
@@ -899,3 +904,85 @@ def render(fmt: str, trail: Trail = None, *, full: bool = False) -> str:
     if fmt == "svg":
         return svg(trail, full=full)
     raise ValueError(f"unknown diagram format {fmt!r}; choose one of mermaid, dot, svg")
+
+
+# -- the rows one agent can reach ------------------------------------------------------
+
+
+def subset_edges(rows: Iterable[Row], marks: Highlight, *, full: bool = False) -> list[Edge]:
+    """The edges of `rows` only: each row its own edge (`full`), or the rows between the
+    same two states drawn once (one label line per row)."""
+    chosen = list(rows)
+    if full:
+        return [_row_edge([row], marks) for row in chosen]
+    pairs: dict[tuple[str, str], list[Row]] = {}
+    for row in chosen:
+        pairs.setdefault((row.source, row.dest), []).append(row)
+    return [_row_edge(members, marks) for members in pairs.values()]
+
+
+def subset_diagram(
+    fmt: str, rows: Iterable[Row], *, full: bool = False, title: str = "", trail: Trail = None
+) -> str | bytes:
+    """A diagram of `rows` only (the rows one agent can reach: the review diagram of that
+    service, not of the library), in any of `FORMATS`; PNG as bytes, the others as text.
+
+    The states drawn are those the rows join; `title` heads it (a comment in the text
+    formats, the graph's label in DOT). `trail` marks a run's path as the others do.
+    """
+    if fmt not in FORMATS:
+        raise ValueError(f"diagram format must be one of {', '.join(FORMATS)}, not {fmt!r}")
+    marks = highlight(trail)
+    drawn = subset_edges(rows, marks, full=full)
+    joined = {end for edge in drawn for end in (edge.source, edge.dest)}
+    states = tuple(name for name in table.STATES if name in joined)
+    if fmt == "mermaid":
+        return _subset_mermaid(drawn, states, marks, full=full, title=title)
+    text = _subset_dot(drawn, states, marks, title=title)
+    if fmt == "dot":
+        return text
+    data = _rendered_dot(fmt, text).data
+    return data if fmt == "png" else data.decode("utf-8")
+
+
+def _subset_mermaid(
+    drawn: list[Edge], states: tuple[str, ...], marks: Highlight, *, full: bool, title: str
+) -> str:
+    lines = ["stateDiagram-v2", f"    %% {mermaid_text(title or 'A subset of the table')}"]
+    if table.INITIAL_STATE in states:
+        lines.append(f"    [*] --> {table.INITIAL_STATE}")
+    lines.extend(f"    {name}" for name in states)
+    for edge in drawn:
+        lines.append(f"    {edge.source} --> {edge.dest}: {mermaid_text(_edge_text(edge, ', '))}")
+    if full:
+        lines.extend(f"    {name} --> [*]" for name in table.END_STATES if name in states)
+    ends = [name for name in states if name in table.END_STATES]
+    if ends:
+        lines.append(f"    classDef endState fill:{_END_FILL},stroke:{_END_STROKE}")
+        lines.append(f"    class {','.join(ends)} endState")
+    return "\n".join(lines) + "\n"
+
+
+def _subset_dot(drawn: list[Edge], states: tuple[str, ...], marks: Highlight, *, title: str) -> str:
+    lines = [
+        "digraph agent_loop {",
+        f"    // {(title or 'A subset of the table').replace(chr(10), ' ')}",
+        "    rankdir=LR;",
+        '    node [shape=box, style="rounded", fontname="Helvetica"];',
+        '    edge [fontname="Helvetica", fontsize=12];',
+    ]
+    if title:
+        lines.append(f"    label={_dot_quote(title)}; labelloc=t;")
+    if table.INITIAL_STATE in states:
+        lines += [
+            '    __start [shape=point, label="", width=0.15];',
+            f"    __start -> {_dot_quote(table.INITIAL_STATE)};",
+        ]
+    for name in states:
+        lines.append(f"    {_dot_quote(name)} [{_dot_attrs(_dot_node(name, marks))}];")
+    ends = "; ".join(_dot_quote(name) for name in table.END_STATES if name in states)
+    if ends:
+        lines.append(f"    {{ rank=sink; {ends}; }}")
+    lines.extend(_dot_edge(edge) for edge in drawn)
+    lines.append("}")
+    return "\n".join(lines) + "\n"

@@ -527,6 +527,10 @@ class TestCoverageOfReachableRows:
             (r.source, r.dest) for r in reach.unreachable
         }
         assert all(r["reason"] for r in report["unreachable"])
+        page = (pytester.path / "cov.html").read_text()
+        assert page.count('class="edge fired"') == 6
+        assert page.count('class="edge unfired"') == n - 6  # the unreachable are not drawn
+        assert "(never fired)" in page
 
     def test_fail_under_applies_to_the_reachable_rows(self, pytester: pytest.Pytester) -> None:
         """Six rows fired: under the reachable count's share it passes, above it fails."""

@@ -509,6 +509,20 @@ class Agent(Generic[OutputT]):
         anything shown or written outside the audit trail (a CLI's answer, a UI)."""
         return self._parts.redactor.redact(value)
 
+    def diagram(self, format: str = "mermaid", *, full: bool = False) -> str | bytes:
+        """This agent's machine: only the rows its configuration can reach (its tools,
+        policies and sub-agents, as `testing.reachable_rows` finds them), so the review
+        diagram of this service rather than of the library. `format` is `mermaid`,
+        `dot`, `svg` (text) or `png` (bytes); the last two need a Graphviz renderer.
+        `full` draws every row as its own edge; by default the rows between the same
+        two states are drawn once."""
+        from statemachine_agent import diagrams
+        from statemachine_agent.agent.reachability import reachable_rows
+
+        rows = reachable_rows(self).reachable
+        title = f"The rows agent {self.name!r} can reach"
+        return diagrams.subset_diagram(format, rows, full=full, title=title)
+
     @overload
     def run(self, prompt: Prompt, **options: Unpack[RunOptions[None]]) -> RunResult[OutputT]: ...
     @overload

@@ -456,7 +456,9 @@ def cmd_diagram(args: argparse.Namespace) -> int:
     if args.format == "png" and not args.output:
         raise UsageError("--format png writes a binary image: give -o FILE.png")
     try:
-        if args.format in ("svg", "png"):
+        if args.agent:
+            data = _agent_diagram(args, trail)
+        elif args.format in ("svg", "png"):
             rendering = diagrams.rendered(args.format, trail, full=args.full)
             print(f"Rendered by {rendering.renderer.name}.", file=sys.stderr)
             data = rendering.data
@@ -471,6 +473,18 @@ def cmd_diagram(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(data.decode("utf-8"))
     return 0
+
+
+def _agent_diagram(args: argparse.Namespace, trail: Any) -> bytes:
+    """The rows the agent `--agent MODULE:ATTR` can reach, drawn alone."""
+    from statemachine_agent.agent.reachability import reachable_rows
+    from statemachine_agent.cli.testgen import load_agent
+
+    agent, _ = load_agent(args.agent, command="diagram")
+    title = f"The rows {args.agent} can reach"
+    rows = reachable_rows(agent).reachable
+    drawn = diagrams.subset_diagram(args.format, rows, full=args.full, title=title, trail=trail)
+    return drawn if isinstance(drawn, bytes) else drawn.encode("utf-8")
 
 
 def _positive_int(text: str) -> int:
@@ -571,6 +585,12 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="draw every row as its own edge (default: the review diagram, where rows "
         "that say one thing are drawn once)",
+    )
+    diagram.add_argument(
+        "--agent",
+        metavar="MODULE:ATTR",
+        help="draw only the rows this agent (an Agent, or a function of no arguments "
+        "returning one) can reach",
     )
     diagram.add_argument("-o", "--output", metavar="FILE", help="default: stdout")
     diagram.set_defaults(func=cmd_diagram)

@@ -29,27 +29,28 @@ if TYPE_CHECKING:
     from statemachine_agent.testing.witnesses import Witness
 
 
-def load_agent(target: str) -> tuple[Agent[Any], str]:
+def load_agent(target: str, *, command: str = "testgen") -> tuple[Agent[Any], str]:
     """The agent `MODULE:ATTR` names (an `Agent`, or a function of no arguments that
-    returns one), and the expression the generated file rebuilds it with."""
+    returns one), and the expression the generated file rebuilds it with; a mistake is
+    a `UsageError` naming `command`."""
     from statemachine_agent.agent.core import Agent
 
     module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr.isidentifier():
-        raise UsageError(f"testgen: {target!r} is not MODULE:ATTR (e.g. examples.shop:agent)")
+        raise UsageError(f"{command}: {target!r} is not MODULE:ATTR (e.g. examples.shop:agent)")
     if "" not in sys.path and str(Path.cwd()) not in sys.path:
         sys.path.insert(0, "")  # as `python -m` does: modules of the current folder
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise UsageError(f"testgen: cannot import {module_name!r}: {exc}") from None
+        raise UsageError(f"{command}: cannot import {module_name!r}: {exc}") from None
     except Exception as exc:  # the module's own code failed: say so in one line
         raise UsageError(
-            f"testgen: importing {module_name!r} raised {type(exc).__name__}: {exc}"
+            f"{command}: importing {module_name!r} raised {type(exc).__name__}: {exc}"
         ) from None
     value = getattr(module, attr, None)
     if value is None:
-        raise UsageError(f"testgen: {module_name!r} has no attribute {attr!r}")
+        raise UsageError(f"{command}: {module_name!r} has no attribute {attr!r}")
     if isinstance(value, Agent):
         return value, attr
     if callable(value):
@@ -57,12 +58,12 @@ def load_agent(target: str) -> tuple[Agent[Any], str]:
             made = value()
         except TypeError as exc:
             raise UsageError(
-                f"testgen: {target} is a function that needs arguments: {exc}"
+                f"{command}: {target} is a function that needs arguments: {exc}"
             ) from None
         if isinstance(made, Agent):
             return made, f"{attr}()"
     raise UsageError(
-        f"testgen: {target} is a {type(value).__name__}, not an Agent (nor a function "
+        f"{command}: {target} is a {type(value).__name__}, not an Agent (nor a function "
         "of no arguments returning one)"
     )
 

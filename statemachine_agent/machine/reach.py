@@ -3,7 +3,7 @@
 A guard answers for one run record; the rule beside it answers for a whole
 configuration: can any run of an agent set up like this make the guard true? A
 rule returns `None` when it can, or the reason it cannot, naming the setting that
-rules it out ("`stall=None`"). `testing.reachability` folds the rules over the
+rules it out ("`stall=None`"). `agent.reachability` folds the rules over the
 table to say which rows an agent can take, so the rule lives next to its guard
 (`@requires(...)` in `machine/guards.py`) and cannot drift from it; a test fails
 for a guard without one.

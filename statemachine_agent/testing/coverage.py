@@ -255,6 +255,13 @@ class TransitionCoverage:
             report["defect_rows"] = [r.to_dict() for r in self.defect_rows()]
         return report
 
+    def _diagram_svg(self, rows: Sequence[RowCoverage], marks: diagrams.Highlight) -> str:
+        """Every row of the table, or (`of="reachable"`) only the rows the agents that ran
+        can reach: the review diagram of this suite's agents."""
+        if self.of == "reachable":
+            return _reachable_svg(rows, marks)
+        return diagrams.svg(marks, full=True)
+
     def report_json(self) -> str:
         return json.dumps(self.report(), indent=2, ensure_ascii=False) + "\n"
 
@@ -266,7 +273,7 @@ class TransitionCoverage:
         rows = self.rows()
         marks = coverage_highlight(rows)
         try:
-            svg: str | None = diagrams.svg(marks, full=True)
+            svg: str | None = self._diagram_svg(rows, marks)
         except (diagrams.GraphvizNotFoundError, diagrams.GraphvizError):
             svg = None
         fired, visited = diagrams.marked_ids(marks, full=True)
@@ -302,6 +309,18 @@ class TransitionCoverage:
             f"<th>fired</th><th>what it means</th></tr>\n{body}</table></section>\n"
             "</main>\n</body>\n</html>\n"
         )
+
+
+def _reachable_svg(rows: Sequence[RowCoverage], marks: diagrams.Highlight) -> str:
+    """The diagram of only the measured rows (what the agents that ran can reach)."""
+    drawn = diagrams.subset_diagram(
+        "svg",
+        [r.row for r in rows],
+        full=True,
+        title="The rows the agents that ran can reach",
+        trail=marks,
+    )
+    return drawn if isinstance(drawn, str) else drawn.decode("utf-8")
 
 
 def coverage_highlight(rows: Sequence[RowCoverage]) -> diagrams.Highlight:
