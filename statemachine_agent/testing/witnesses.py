@@ -138,7 +138,9 @@ def _answer(answer: Answer) -> str:
     calls = [b["name"] for b in answer.get("content") or () if b.get("type") == "tool_use"]
     if calls:
         return "a call of " + " and ".join(calls)
-    return str(answer.get("stop_reason") or "a reply")
+    stop = str(answer.get("stop_reason") or "no stop reason")
+    said = any(b.get("type") == "text" and b.get("text") for b in answer.get("content") or ())
+    return f"text ({stop})" if said else f"an empty reply ({stop})"
 
 
 @dataclass(frozen=True)

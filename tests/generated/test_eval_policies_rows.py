@@ -32,7 +32,7 @@ def test_perceive_prepared_budget_exceeded_budget_exhausted() -> None:
 
     A limit (iterations, cost, tokens, time, refused tool calls) is reached.
 
-    Scenario: the model answers a call of find_order, end_turn; with budget changed.
+    Scenario: the model answers a call of find_order, text (end_turn); with budget changed.
     """
     result = WITNESSES["perceive_prepared_budget_exceeded_budget_exhausted"].run()
     assert result.end_state == "budget_exhausted"
@@ -44,8 +44,8 @@ def test_perceive_prepared_steering_waiting_perceive() -> None:
     Messages steered into the run (Agent.steer) wait: add them to the latest user turn, then
     build the request again.
 
-    Scenario: the model answers a call of find_order, end_turn; the host steers the run as it
-    enters reason.
+    Scenario: the model answers a call of find_order, text (end_turn); the host steers the run
+    as it enters reason.
     """
     result = WITNESSES["perceive_prepared_steering_waiting_perceive"].run()
     assert result.end_state == "completed"
@@ -56,7 +56,7 @@ def test_perceive_prepared_reason() -> None:
 
     The request is ready and the budget allows one more model call.
 
-    Scenario: the model answers end_turn.
+    Scenario: the model answers text (end_turn).
     """
     result = WITNESSES["perceive_prepared_reason"].run()
     assert result.end_state == "completed"
@@ -67,7 +67,7 @@ def test_reason_replied_cancel_requested_cancelled() -> None:
 
     Cancelled while the model was answering; the reply is kept.
 
-    Scenario: the model answers end_turn; the host cancels as reply 1 comes back.
+    Scenario: the model answers text (end_turn); the host cancels as reply 1 comes back.
     """
     result = WITNESSES["reason_replied_cancel_requested_cancelled"].run()
     assert result.end_state == "cancelled"
@@ -78,7 +78,7 @@ def test_reason_replied_is_tool_use_act() -> None:
 
     The model asked for tools.
 
-    Scenario: the model answers a call of find_order, end_turn.
+    Scenario: the model answers a call of find_order, text (end_turn).
     """
     result = WITNESSES["reason_replied_is_tool_use_act"].run()
     assert result.end_state == "completed"
@@ -89,7 +89,7 @@ def test_reason_replied_is_empty_reply_failed() -> None:
 
     The reply had neither text nor tool calls.
 
-    Scenario: the model answers end_turn.
+    Scenario: the model answers an empty reply (end_turn).
     """
     result = WITNESSES["reason_replied_is_empty_reply_failed"].run()
     assert result.end_state == "failed"
@@ -100,7 +100,7 @@ def test_reason_replied_is_end_turn_completed() -> None:
 
     The model ended its turn (end_turn or stop_sequence) without tool calls.
 
-    Scenario: the model answers end_turn.
+    Scenario: the model answers text (end_turn).
     """
     result = WITNESSES["reason_replied_is_end_turn_completed"].run()
     assert result.end_state == "completed"
@@ -112,7 +112,7 @@ def test_reason_replied_is_max_tokens_output_below_limit_truncated() -> None:
     The reply stopped at max_tokens with fewer output tokens than that limit: the context window
     ran out, not the output limit; a cut-off tool call is never run.
 
-    Scenario: the model answers max_tokens.
+    Scenario: the model answers text (max_tokens).
     """
     result = WITNESSES["reason_replied_is_max_tokens_output_below_limit_truncated"].run()
     assert result.end_state == "truncated"
@@ -123,7 +123,7 @@ def test_reason_replied_is_max_tokens_truncated() -> None:
 
     The output hit max_tokens; a cut-off tool call is never run.
 
-    Scenario: the model answers max_tokens.
+    Scenario: the model answers text (max_tokens).
     """
     result = WITNESSES["reason_replied_is_max_tokens_truncated"].run()
     assert result.end_state == "truncated"
@@ -134,7 +134,7 @@ def test_reason_replied_is_refusal_refused() -> None:
 
     The model refused; the API's stop details are kept.
 
-    Scenario: the model answers refusal.
+    Scenario: the model answers an empty reply (refusal).
     """
     result = WITNESSES["reason_replied_is_refusal_refused"].run()
     assert result.end_state == "refused"
@@ -145,7 +145,7 @@ def test_reason_replied_is_pause_turn_perceive() -> None:
 
     A server tool paused the turn; send the reply back to let it continue.
 
-    Scenario: the model answers pause_turn, end_turn.
+    Scenario: the model answers text (pause_turn), text (end_turn).
     """
     result = WITNESSES["reason_replied_is_pause_turn_perceive"].run()
     assert result.end_state == "completed"
@@ -157,7 +157,7 @@ def test_reason_replied_is_compaction_perceive() -> None:
     Server-side compaction summarized the history and paused; the reply (its compaction block)
     is kept and the loop goes on.
 
-    Scenario: the model answers compaction, end_turn.
+    Scenario: the model answers an empty reply (compaction), text (end_turn).
     """
     result = WITNESSES["reason_replied_is_compaction_perceive"].run()
     assert result.end_state == "completed"
@@ -168,7 +168,7 @@ def test_reason_replied_is_context_exceeded_can_compact_compact() -> None:
 
     The context window filled up; drop the cut reply, compact once and retry.
 
-    Scenario: the model answers model_context_window_exceeded, end_turn.
+    Scenario: the model answers text (model_context_window_exceeded), text (end_turn).
     """
     result = WITNESSES["reason_replied_is_context_exceeded_can_compact_compact"].run()
     assert result.end_state == "completed"
@@ -179,7 +179,8 @@ def test_reason_replied_is_context_exceeded_context_overflow() -> None:
 
     The context window was exceeded even after compaction.
 
-    Scenario: the model answers model_context_window_exceeded, model_context_window_exceeded.
+    Scenario: the model answers text (model_context_window_exceeded), text
+    (model_context_window_exceeded).
     """
     result = WITNESSES["reason_replied_is_context_exceeded_context_overflow"].run()
     assert result.end_state == "context_overflow"
@@ -190,7 +191,7 @@ def test_reason_replied_failed() -> None:
 
     Any other stop_reason is unknown to the engine: stop rather than guess.
 
-    Scenario: the model answers tool_use.
+    Scenario: the model answers text (tool_use).
     """
     result = WITNESSES["reason_replied_failed"].run()
     assert result.end_state == "failed"
@@ -212,7 +213,7 @@ def test_reason_model_failed_is_context_error_can_compact_compact() -> None:
 
     The API rejected the prompt as too long; compact once and retry.
 
-    Scenario: the model answers an API error 400, end_turn.
+    Scenario: the model answers an API error 400, text (end_turn).
     """
     result = WITNESSES["reason_model_failed_is_context_error_can_compact_compact"].run()
     assert result.end_state == "completed"
@@ -256,7 +257,7 @@ def test_act_tools_done_observe() -> None:
 
     Every tool call has an outcome (errors included).
 
-    Scenario: the model answers a call of find_order, end_turn.
+    Scenario: the model answers a call of find_order, text (end_turn).
     """
     result = WITNESSES["act_tools_done_observe"].run()
     assert result.end_state == "completed"
@@ -279,7 +280,7 @@ def test_observe_observed_perceive() -> None:
 
     Go round again with the tool results in the history.
 
-    Scenario: the model answers a call of find_order, end_turn.
+    Scenario: the model answers a call of find_order, text (end_turn).
     """
     result = WITNESSES["observe_observed_perceive"].run()
     assert result.end_state == "completed"
@@ -301,7 +302,7 @@ def test_compact_compacted_perceive() -> None:
 
     Old tool results are placeholders now; the request is built again, smaller.
 
-    Scenario: the model answers an API error 400, end_turn.
+    Scenario: the model answers an API error 400, text (end_turn).
     """
     result = WITNESSES["compact_compacted_perceive"].run()
     assert result.end_state == "completed"
@@ -313,7 +314,7 @@ def test_cancelled_resumed_cancelled_before_reply_perceive() -> None:
     Cancelled before the model answered: build the request again and call it.
 
     Scenario: no answer; the host cancels before the run starts; the host resumes it 1x,
-    approving what is pending; then the model answers end_turn.
+    approving what is pending; then the model answers text (end_turn).
     """
     result = WITNESSES["cancelled_resumed_cancelled_before_reply_perceive"].run()
     assert result.end_state == "completed"
@@ -324,8 +325,8 @@ def test_cancelled_resumed_cancelled_after_reply_reason() -> None:
 
     Cancelled with the reply in hand: decide on the kept reply as if just received.
 
-    Scenario: the model answers end_turn; the host cancels as reply 1 comes back; the host
-    resumes it 1x, approving what is pending.
+    Scenario: the model answers text (end_turn); the host cancels as reply 1 comes back; the
+    host resumes it 1x, approving what is pending.
     """
     result = WITNESSES["cancelled_resumed_cancelled_after_reply_reason"].run()
     assert result.end_state == "completed"
@@ -337,7 +338,7 @@ def test_cancelled_resumed_cancelled_in_act_act() -> None:
     Cancelled while tools ran: act runs only the calls without a recorded outcome.
 
     Scenario: the model answers a call of find_order; the host cancels as the run enters act;
-    the host resumes it 1x, approving what is pending; then the model answers end_turn.
+    the host resumes it 1x, approving what is pending; then the model answers text (end_turn).
     """
     result = WITNESSES["cancelled_resumed_cancelled_in_act_act"].run()
     assert result.end_state == "completed"
@@ -348,8 +349,8 @@ def test_cancelled_resumed_cancelled_in_observe_observe() -> None:
 
     Cancelled after observe had done its work: carry on from its outcome.
 
-    Scenario: the model answers a call of find_order, end_turn; the host cancels as the run
-    enters observe; the host resumes it 1x, approving what is pending.
+    Scenario: the model answers a call of find_order, text (end_turn); the host cancels as the
+    run enters observe; the host resumes it 1x, approving what is pending.
     """
     result = WITNESSES["cancelled_resumed_cancelled_in_observe_observe"].run()
     assert result.end_state == "completed"
@@ -361,7 +362,7 @@ def test_cancelled_resumed_cancelled_in_compact_compact() -> None:
     Cancelled after compact had done its work: carry on from its outcome.
 
     Scenario: the model answers an API error 400; the host cancels as the run enters compact;
-    the host resumes it 1x, approving what is pending; then the model answers end_turn.
+    the host resumes it 1x, approving what is pending; then the model answers text (end_turn).
     """
     result = WITNESSES["cancelled_resumed_cancelled_in_compact_compact"].run()
     assert result.end_state == "completed"
