@@ -184,3 +184,82 @@ def test_random_scripts_fire_only_reachable_rows(script: list[Any], tools: bool)
     with observers.watch_transitions(note):
         scripted.run("Go.")
     assert seen <= allowed, seen - allowed
+
+
+_FEATURE_ANSWERS = st.sampled_from(
+    [
+        lambda: replies.text("Done."),
+        lambda: replies.tool_use("lookup", {"query": "q"}),
+        lambda: replies.tool_use("pay", {"amount": 3}),
+        lambda: replies.tool_use("final_result", {"total": 3, "note": "taxi"}),
+        lambda: replies.tool_use("final_result", {"total": "many"}),
+        lambda: replies.tool_use("finish", {"status": "failed", "summary": "No."}),
+        lambda: replies.tool_use("delegate", {"task": "Pay 3."}),
+        lambda: replies.tool_use("fetch_page", {"url": "https://example.com"}),
+        lambda: replies.tool_use("send_email", {"to": "ann@example.com"}),
+        lambda: replies.text("Cut", stop_reason="max_tokens", usage={"output_tokens": 5}),
+        lambda: replies.reply(stop_reason="refusal"),
+        lambda: replies.reply(replies.text_block("..."), stop_reason="pause_turn"),
+        lambda: ModelError("prompt is too long", status=400, context_exceeded=True),
+    ]
+)
+_PROPERTY_CONFIGURATIONS = ["every_feature", "sub_agent_parent", "approval_only", "taint"]
+
+
+@pytest.mark.parametrize("name", _PROPERTY_CONFIGURATIONS)
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(script=st.lists(_FEATURE_ANSWERS, min_size=1, max_size=7), data=st.data())
+def test_random_scripts_fire_only_reachable_rows_with_features(
+    name: str, script: list[Any], data: st.DataObject
+) -> None:
+    """The same for richer configurations (every feature on, a sub-agent parent, approval
+    only, taint): each model (the loop's, the critic, the summary model, the child's)
+    answers from a random script calling only the tools it is offered; a run is resumed
+    approving what it waits for. No row said unreachable fires."""
+    from statemachine_agent import Approve, MemoryCheckpointer
+    from statemachine_agent.policy.verify import Verdict
+
+    agent = CONFIGURATIONS[name]()
+    reach = reachable_rows(agent)
+    allowed = {row.key for row in (*reach.reachable, *reach.defect_rows)}
+    offered = {t.name for t in agent.tools}
+    answers = [a for a in (make() for make in script) if _offered(a, offered)]
+    side = [replies.text("Keep going.") for _ in range(8)]
+    changes: dict[str, Any] = {
+        "model": ScriptedModel(answers, validate=False),
+        "checkpointer": MemoryCheckpointer(),
+    }
+    if name == "every_feature":
+        ok = data.draw(st.booleans())
+        changes["verify"] = lambda claim: Verdict(ok, "" if ok else "Check again.")
+        changes["reflection"] = ReflectionPolicy(3, critic=ScriptedModel(side))
+        changes["summary_model"] = ScriptedModel(side)
+        changes["context"] = ContextPolicy(
+            summarize_at_tokens=data.draw(st.sampled_from([1, 10**6]))
+        )
+    if name == "sub_agent_parent":
+        child = Agent(ScriptedModel([]), [lookup, pay], name="child", stall=None)
+        kid = [a for a in (make() for make in script) if _offered(a, {"lookup", "pay"})]
+        child = child.replace(model=ScriptedModel([*kid, *side], validate=False))
+        changes["tools"] = [child.as_tool(name="delegate")]
+    seen: set[tuple[str, str, str, tuple[str, ...]]] = set()
+
+    def note(run_id: str, row: Row, record: TransitionRecord) -> None:
+        seen.add(row.key)
+
+    scripted = agent.replace(**changes)
+    with observers.watch_transitions(note):
+        result = scripted.run("Go.")
+        if result.end_state == "awaiting_approval":
+            pending = (result.details or {}).get("pending") or []
+            approve = {p["tool_use_id"]: Approve() for p in pending}
+            scripted.resume(result.run_id, decisions=approve)
+    assert seen <= allowed, seen - allowed
+
+
+def _offered(answer: Any, names: set[str]) -> bool:
+    """A model honours the request: it calls only tools it is offered."""
+    if not isinstance(answer, dict):
+        return True
+    called = {b["name"] for b in answer["content"] if b.get("type") == "tool_use"}
+    return called <= names | ({"final_result"} if "final_result" in names else set())
