@@ -100,6 +100,7 @@ class _Settings(TypedDict, total=False):
     reflection: ReflectionPolicy | None
     verify: VerifyPolicy | Verifier | None
     approval: ApprovalPolicy | None
+    commit: CommitPolicy | None
     taint: TaintPolicy | None
     checkpointer: Storage
     audit: Audit | str | PathLike[str] | None
