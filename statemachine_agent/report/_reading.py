@@ -546,7 +546,8 @@ def _review_note(name: str, event: Mapping[str, Any]) -> Note | None:
     if name == "run.ended" and event.get("end_state") == PAUSED:
         details = as_mapping(event.get("details"))
         pending = details.get("pending")
-        calls = f" ({len(pending)} calls waiting)" if isinstance(pending, list) else ""
+        waiting = len(pending) if isinstance(pending, list) else 0
+        calls = f" ({waiting} {'call' if waiting == 1 else 'calls'} waiting)" if waiting else ""
         return Note("run.paused", f"paused for a decision{calls}", False)
     if name == "run.resumed":
         return Note(name, f"resumed from {as_str(event.get('state')) or 'its checkpoint'}", False)
