@@ -7,15 +7,17 @@ import contextlib
 import hashlib
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from statemachine_agent import Agent, Audit, ScriptedModel, StallPolicy, tool
+from statemachine_agent import Agent, Audit, RunResult, ScriptedModel, StallPolicy, tool
 from statemachine_agent.agent._fork import ForkPointError
 from statemachine_agent.cli import main
+from statemachine_agent.models.anthropic import AnthropicModel
 from statemachine_agent.persistence.sqlite import SQLiteCheckpointer
 from statemachine_agent.replay import replay
-from statemachine_agent.testing import replies
+from statemachine_agent.testing import FakeAnthropicServer, replies
 
 
 @tool
@@ -24,7 +26,7 @@ def count(n: int) -> str:
     return f"counted {n}"
 
 
-def script(n: int) -> list[object]:
+def script(n: int) -> list[dict[str, Any]]:
     return [replies.tool_use("count", {"n": i}) for i in range(n)] + [replies.text("Done.")]
 
 
@@ -172,3 +174,82 @@ class TestTheCommand:
         )
         with SQLiteCheckpointer(db) as store:
             assert [r.run_id for r in store.runs()] == ["orig"]
+
+
+class TestAForksToolCalls:
+    """A fork is a run of its own: its calls are keyed by its id, and what the original
+    recorded before the fork point is history, not work to do again."""
+
+    @staticmethod
+    def recorded(tmp_path: Path, ledger: list[tuple[str, int]]) -> tuple[Agent, RunResult]:
+        @tool
+        def pay(amount: int, idempotency_key: str) -> str:
+            """Pay an amount, once per key (as the docs advise for side effects).
+
+            Args:
+                amount: in cents.
+            """
+            if any(key == idempotency_key for key, _ in ledger):
+                return "already paid"
+            ledger.append((idempotency_key, amount))
+            return f"paid {amount}"
+
+        moves = [
+            replies.tool_use("pay", {"amount": 5}, id="toolu_a"),
+            replies.tool_use("pay", {"amount": 7}, id="toolu_b"),
+            replies.text("Paid."),
+        ]
+        agent = Agent(ScriptedModel(moves), tools=[pay], checkpointer=tmp_path / "runs.sqlite3",
+                      stall=None)  # fmt: skip
+        original = agent.run("Pay the two invoices.", run_id="orig")
+        assert original.end_state == "completed"
+        assert ledger == [("orig:toolu_a", 5), ("orig:toolu_b", 7)]
+        return agent, original
+
+    def test_every_fork_after_a_call_keys_its_own_calls_and_runs_none_of_the_originals(
+        self, tmp_path: Path
+    ) -> None:
+        """Forked at every transition between the first call's `act` and the second's,
+        each fork's model (through the SDK) calls the tool again, with the id the
+        original's later call had: that call runs under the fork's key, the first
+        payment is in the fork's history once and is never made again."""
+        ledger: list[tuple[str, int]] = []
+        agent, original = self.recorded(tmp_path, ledger)
+        acts = [t.seq for t in original.trail if t.dest == "act"]
+        points = list(range(acts[0] + 1, acts[1]))
+        assert len(points) >= 3  # observe, perceive, reason at least
+        fork_moves = [replies.tool_use("pay", {"amount": 9}, id="toolu_b"), replies.text("Paid.")]
+        with FakeAnthropicServer(fork_moves * len(points)) as server:
+            model = AnthropicModel("claude-sonnet-4-5", base_url=server.base_url,
+                                   api_key="sk-ant-test-key", max_retries=0)  # fmt: skip
+            for at in points:
+                before = list(ledger)
+                result = agent.fork("orig", at, new_run_id=f"f{at}", model=model)
+                assert isinstance(result, RunResult)
+                assert result.end_state == "completed", result.reason
+                assert ledger == [*before, (f"f{at}:toolu_b", 9)]
+                results = [b for m in result.messages if isinstance(m["content"], list)
+                           for b in m["content"] if b.get("type") == "tool_result"]  # fmt: skip
+                assert [(r["tool_use_id"], r["content"]) for r in results] == [
+                    ("toolu_a", "paid 5"), ("toolu_b", "paid 9")]  # fmt: skip
+            assert server.unexpected() == []
+            assert server.invalid_requests == []
+        assert [amount for _, amount in ledger] == [5, 7] + [9] * len(points)
+        assert [key for key, _ in ledger if key.endswith("toolu_a")] == ["orig:toolu_a"]
+
+    def test_a_fork_whose_model_repeats_a_recorded_call_id_does_not_run_it_again(
+        self, tmp_path: Path
+    ) -> None:
+        """The fork's history holds the first call's result; a reply naming that call's
+        id again gets an error result, not a second payment under any key."""
+        ledger: list[tuple[str, int]] = []
+        agent, original = self.recorded(tmp_path, ledger)
+        at = next(t.seq for t in original.trail if t.dest == "perceive" and t.iteration == 1)
+        again = [replies.tool_use("pay", {"amount": 5}, id="toolu_a"), replies.text("Done.")]
+        result = agent.fork("orig", at, new_run_id="again",
+                            model=ScriptedModel(again, validate=False))  # fmt: skip
+        assert isinstance(result, RunResult)
+        assert ledger == [("orig:toolu_a", 5), ("orig:toolu_b", 7)]
+        last = [b for b in result.messages[-2]["content"] if b.get("type") == "tool_result"]
+        assert last[0]["is_error"] is True
+        assert "reused the id 'toolu_a'" in last[0]["content"]
