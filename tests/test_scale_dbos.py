@@ -314,6 +314,42 @@ class TestPostgres:
         (request,) = exporter.get_finished_spans()
         assert_recovered_trace(run_spans(spans, run_id), *hex_ids(request))
 
+    def test_worker_killed_inside_commit_pays_each_staged_call_once(
+        self, postgres: LocalPostgres, tmp_path: Path, workers: list[Worker]
+    ) -> None:
+        """SIGKILLed inside the second staged payment of `commit` (issue 34), the restarted
+        worker finishes the commit: the first payment answers from its recorded step, only
+        the one in flight runs again, and the commit's events are each written once."""
+        url = database(postgres, "commit_crash")
+        ledger, audit = tmp_path / "ledger", tmp_path / "audit"
+        env = {agents.LEDGER_ENV: str(ledger), agents.KILL_ENV: "toolu_pay7",
+               agents.AUDIT_ENV: str(audit)}  # fmt: skip
+        first = Worker(url, "w1", env, concurrency=2)
+        workers.append(first)
+        first.ready()
+        client = DBOSClient(system_database_url=url)
+        try:
+            run_id = dbos.enqueue_run(client, agents.COMMIT, "Pay the claim.", run_id="run_cc")
+            assert first.died(timeout=60) == -9
+            ran_before = counts(ledger)
+            again = Worker(url, "w1", env, concurrency=2)
+            workers.append(again)
+            again.ready()
+            result = dbos.wait_result(client, run_id, timeout_seconds=60)
+        finally:
+            client.destroy()
+        assert result.end_state == "completed"
+        assert [t.dest for t in result.trail][-3:] == ["verify", "commit", "completed"]
+        assert [c["ref"] for c in (result.details or {}).get("committed", [])] == ["S1", "S2"]
+        ran = counts(ledger)
+        assert ran["run_cc:toolu_pay5"] == 1, "a staged payment that ran ran again"
+        assert ran["run_cc:toolu_pay7"] == 2, "the payment in flight runs again"
+        assert ran - ran_before == Counter({"run_cc:toolu_pay7": 1}), "a finished step ran again"
+        assert verify_file(audit / "run_cc.jsonl").ok, "the recovered file's chain holds"
+        names = Counter(e["event"] for e in read_events(audit / "run_cc.jsonl"))
+        assert names["commit.started"] == names["commit.finished"] == 1
+        assert names["run.started"] == names["run.ended"] == 1
+
     def test_the_worker_continues_the_callers_trace(
         self, postgres: LocalPostgres, tmp_path: Path, workers: list[Worker]
     ) -> None:

@@ -1,11 +1,12 @@
 """One machine, three engines: the same scripted run ends the same way everywhere.
 
 The engine only swaps the `Effects`; the machine, its guards and the phases are
-the same code. So the payments scenario (two concurrent lookups, two
-sequential payments, an answer) must reach the same end state with the same
+the same code. So each scenario must reach the same end state with the same
 transcript and the same trail (every transition and guard verdict) in
-process, as a DBOS workflow and as a Temporal workflow. Only the elapsed times
-differ, since each engine has its own clock.
+process, as a DBOS workflow and as a Temporal workflow: the payments run (two
+concurrent lookups, two sequential payments, an answer) and the commit run
+(a read, two payments staged, a verifier that accepts, then `commit` runs both;
+issue 34). Only the elapsed times differ, since each engine has its own clock.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import json
 import os
 import subprocess
 import sys
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,21 +41,31 @@ from tests.support import scale_agents as agents
 ROOT = Path(__file__).resolve().parent.parent
 RUN_ID = "run_parity"
 PROMPT = "Pay my bills."
+SCENARIOS: dict[str, Callable[[Effects], Agent]] = {
+    agents.PAYMENTS: agents.payments,
+    agents.COMMIT: agents.commit,
+}
+"""Each scenario's registered name and its factory (the reference builds it directly)."""
+TOOL_CALLS = {
+    agents.PAYMENTS: ["toolu_look_a", "toolu_look_b", "toolu_pay5", "toolu_pay7"],
+    agents.COMMIT: ["toolu_read", "toolu_pay5", "toolu_pay7"],
+}
+"""The tool calls each scenario makes, each exactly once."""
 
 
-def in_process(tmp_path: Path) -> RunResult:
-    return build_agent(agents.PAYMENTS, InProcessEffects()).run(PROMPT, run_id=RUN_ID)
+def in_process(tmp_path: Path, agent: str) -> RunResult:
+    return build_agent(agent, InProcessEffects()).run(PROMPT, run_id=RUN_ID)
 
 
-def on_dbos(tmp_path: Path) -> RunResult:
+def on_dbos(tmp_path: Path, agent: str) -> RunResult:
     dbos.launch(dbos.dbos_config(dbos.sqlite_url(tmp_path / "dbos.sqlite")))
     try:
-        return asyncio.run(dbos.run_agent(agents.PAYMENTS, PROMPT, run_id=RUN_ID))
+        return asyncio.run(dbos.run_agent(agent, PROMPT, run_id=RUN_ID))
     finally:
         dbos.shutdown()
 
 
-def on_temporal(tmp_path: Path) -> RunResult:
+def on_temporal(tmp_path: Path, agent: str) -> RunResult:
     """A worker and a client in child processes (see tests/support/scale_temporal.py)."""
     command = [sys.executable, "-m", "tests.support.scale_temporal"]
     with TemporalDevServer(log_file=tmp_path / "server.log") as server:
@@ -62,7 +75,7 @@ def on_temporal(tmp_path: Path) -> RunResult:
         )  # fmt: skip
         try:
             client = subprocess.run(
-                [*command, "run", server.address, "parity", agents.PAYMENTS, RUN_ID, PROMPT],
+                [*command, "run", server.address, "parity", agent, RUN_ID, PROMPT],
                 cwd=ROOT, capture_output=True, text=True, timeout=120,
             )  # fmt: skip
         finally:
@@ -98,25 +111,32 @@ def shape(result: RunResult) -> dict[str, Any]:
     }
 
 
-@pytest.fixture(scope="module")
-def reference() -> dict[str, Any]:
+def reference(agent: str) -> dict[str, Any]:
     """The scenario run in process with the default effects, the agent built directly."""
-    agent = agents.payments(InProcessEffects())
-    return shape(agent.run(PROMPT, run_id=RUN_ID))
+    return shape(SCENARIOS[agent](InProcessEffects()).run(PROMPT, run_id=RUN_ID))
 
 
 class TestParity:
+    @pytest.mark.parametrize("agent", sorted(SCENARIOS))
     @pytest.mark.parametrize("engine", sorted(ENGINES))
     def test_same_end_state_transcript_and_trail(
-        self, engine: str, reference: dict[str, Any], tmp_path: Path
+        self, engine: str, agent: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        """The run ends in the same state, with the same transcript and trail, on each engine."""
-        result = ENGINES[engine](tmp_path)
+        """The run ends in the same state, with the same transcript and trail, on each
+        engine, and made each tool call once (the commit run's staged payments too)."""
+        expected = reference(agent)
+        ledger = tmp_path / "ledger"
+        monkeypatch.setenv(agents.LEDGER_ENV, str(ledger))
+        result = ENGINES[engine](tmp_path, agent)
         assert result.end_state == "completed"
         got = shape(result)
-        assert got["messages"] == reference["messages"]
-        assert got["trail"] == reference["trail"]
-        assert got == reference
+        assert got["messages"] == expected["messages"]
+        assert got["trail"] == expected["trail"]
+        assert got == expected
+        through = [step["dest"] for step in got["trail"]][-3:]
+        assert (through == ["verify", "commit", "completed"]) == (agent == agents.COMMIT)
+        ran = Counter(key for _, kind, key in agents.ledger_lines(ledger) if kind == "tool")
+        assert ran == Counter(f"{RUN_ID}:{call}" for call in TOOL_CALLS[agent])
 
 
 class TestRegistry:

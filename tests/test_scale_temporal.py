@@ -207,6 +207,45 @@ class TestWorkerCrash:
         assert seqs == list(range(1, len(result.trail) + 1)), "a replayed event was written"
         assert_recovered_trace(run_spans(spans, "run_crash"), done["trace_id"], done["span_id"])
 
+    def test_worker_killed_inside_commit_pays_each_staged_call_once(
+        self, shared: Shared, tmp_path: Path
+    ) -> None:
+        """SIGKILLed inside the second staged payment of `commit` (issue 34), the run is
+        finished by a second worker: the first payment answers from the history, only the
+        activity in flight runs again, and the commit's events are each written once."""
+        ledger, audit, queue = tmp_path / "ledger", tmp_path / "audit", "commit_crash"
+        env = {agents.LEDGER_ENV: str(ledger), agents.AUDIT_ENV: str(audit)}
+        address = shared.server.address
+        first = spawn(
+            "worker", address, queue, "w1",
+            env={**env, agents.WORKER_ENV: "w1", agents.KILL_ENV: "toolu_pay7"},
+        )  # fmt: skip
+        second: subprocess.Popen[str] | None = None
+        try:
+            client = spawn("run", address, queue, agents.COMMIT, "run_cc", "Pay.", env=env)
+            first.communicate(timeout=60)
+            assert first.returncode == -9
+            before = counts(ledger, "run_cc")
+            second = spawn("worker", address, queue, "w2", env={**env, agents.WORKER_ENV: "w2"})
+            done = answer(client)
+        finally:
+            stop(first)
+            if second is not None:
+                stop(second)
+        assert "result" in done, done
+        result = result_from_plain(done["result"])
+        assert result.end_state == "completed"
+        assert [t.dest for t in result.trail][-3:] == ["verify", "commit", "completed"]
+        assert [c["ref"] for c in (result.details or {}).get("committed", [])] == ["S1", "S2"]
+        ran = counts(ledger, "run_cc")
+        assert ran["run_cc:toolu_pay5"] == 1, "a staged payment that ran ran again"
+        assert ran["run_cc:toolu_pay7"] == 2, "the payment in flight runs again"
+        assert ran - before == Counter({"run_cc:toolu_pay7": 1})
+        assert verify_file(audit / "run_cc.jsonl").ok, "the recovered file's chain holds"
+        names = Counter(e["event"] for e in read_events(audit / "run_cc.jsonl"))
+        assert names["commit.started"] == names["commit.finished"] == 1
+        assert names["run.started"] == names["run.ended"] == 1
+
 
 class TestTracing:
     def test_the_worker_continues_the_callers_trace(self, shared: Shared, tmp_path: Path) -> None:

@@ -31,7 +31,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
 
-from statemachine_agent import Agent, ModelError, ModelRequest, ToolCall, tool
+from statemachine_agent import Agent, ModelError, ModelRequest, ToolCall, Verdict, tool
 from statemachine_agent.durable import ProgressModel, WaitsForApproval, register_agent
 from statemachine_agent.effects.base import Effects
 from statemachine_agent.policy.approval import ApprovalPolicy
@@ -41,6 +41,7 @@ PAYMENTS = "scale-payments"
 APPROVAL = "scale-approval"
 FLAKY = "scale-flaky"
 FATAL = "scale-fatal"
+COMMIT = "scale-commit"
 
 LEDGER_ENV = "SMA_SCALE_LEDGER"
 WORKER_ENV = "SMA_SCALE_WORKER"
@@ -169,6 +170,52 @@ def payments(effects: Effects) -> Agent:
         LedgerModel(payments_script()),
         tools=[lookup, pay],
         system="Pay the user's bills.",
+        stall=None,
+        audit=os.environ.get(AUDIT_ENV) or None,
+        effects=effects,
+    )
+
+
+COMMIT_TEXT = "Both payments are staged; they run at commit."
+
+
+def commit_script() -> list[dict[str, Any]]:
+    return [
+        replies.tool_uses(("lookup", {"key": "claim"}), ids=("toolu_read",)),
+        replies.tool_uses(
+            ("pay", {"amount": 5}), ("pay", {"amount": 7}), ids=("toolu_pay5", "toolu_pay7")
+        ),
+        replies.text(COMMIT_TEXT),
+    ]
+
+
+@register_agent(COMMIT)
+def commit(effects: Effects) -> Agent:
+    """Side effects last (issue 34): a read, two payments staged, a verifier that accepts,
+    then `commit` runs both, each once. `pay` keeps a ledger keyed by idempotency key, so
+    a test counts what really ran, and `SMA_SCALE_KILL_AT` can kill a worker inside one."""
+
+    @tool
+    def lookup(key: str, idempotency_key: str) -> str:
+        """Read a value (read-only: safe to run again)."""
+        record("tool", idempotency_key)
+        return key.upper()
+
+    @tool(side_effect=True, deferrable=True, sequential=True)
+    def pay(amount: int, idempotency_key: str) -> str:
+        """Pay an amount; staged during the loop, run at commit."""
+        record("tool", idempotency_key)
+        maybe_die(idempotency_key)
+        return f"paid {amount}"
+
+    def accept(claim: Any) -> Verdict:
+        """Accepts the claim, so the run goes on to `commit`."""
+        return Verdict(ok=True)
+
+    return Agent(
+        LedgerModel(commit_script()),
+        tools=[lookup, pay],
+        verify=accept,
         stall=None,
         audit=os.environ.get(AUDIT_ENV) or None,
         effects=effects,
