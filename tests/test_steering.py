@@ -5,8 +5,10 @@ Through the real `anthropic` SDK against the strict local server (every request 
 validated: a message between a tool_use and its tool_result would be refused):
 a steer during `act` is in the next request's last user turn and nowhere earlier;
 a steer to a paused run is delivered when it is resumed; a steer from a second
-process reaches a run driven by the first through the SQLite store; and a steer
-queued before a SIGKILL is delivered exactly once after the resume.
+process reaches a run driven by the first through the store, SQLite or PostgreSQL
+(a real server the module starts on 127.0.0.1); and a steer queued before a SIGKILL
+is delivered exactly once after the resume, on both stores. Writers racing to steer
+one run on PostgreSQL get consecutive numbers.
 """
 
 from __future__ import annotations
@@ -14,10 +16,14 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +35,11 @@ from statemachine_agent import Agent, Approve, Audit, Conversation, RunResult, S
 from statemachine_agent.audit.sink import read_events
 from statemachine_agent.machine.resume import RunAlreadyEndedError
 from statemachine_agent.persistence.base import MemoryCheckpointer, RunNotFoundError
+from statemachine_agent.persistence.postgres import PostgresCheckpointer
+from statemachine_agent.persistence.sqlite import SQLiteCheckpointer
 from statemachine_agent.stream.events import ToolCallStarted, Transition
 from statemachine_agent.testing import FakeAnthropicServer, replies
+from statemachine_agent.testing.postgres import LocalPostgres
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -129,10 +138,11 @@ class TestSteerAPausedRun:
 AGENT = """
 import sys, time
 from pathlib import Path
-from statemachine_agent import Agent, Audit, SQLiteCheckpointer, tool
+from statemachine_agent import Agent, Audit, PostgresCheckpointer, SQLiteCheckpointer, tool
 from statemachine_agent.models.anthropic import AnthropicModel
 
 url, folder, marker = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
+spec, run_id = sys.argv[4], sys.argv[5]
 
 @tool
 def wait_for_news() -> str:
@@ -145,7 +155,8 @@ def wait_for_news() -> str:
 
 model = AnthropicModel("claude-sonnet-4-5", base_url=url, api_key="sk-ant-test-key",
                        max_retries=0)
-store = SQLiteCheckpointer(folder / "runs.sqlite3", lease_seconds=1.0)
+Store = PostgresCheckpointer if spec.startswith("postgresql:") else SQLiteCheckpointer
+store = Store(spec, lease_seconds=1.0)
 agent = Agent(model, tools=[wait_for_news], checkpointer=store,
               audit=Audit(dir=folder / "audit"))
 """
@@ -153,7 +164,7 @@ agent = Agent(model, tools=[wait_for_news], checkpointer=store,
 DRIVE = (
     AGENT
     + """
-result = agent.run("Watch the queue.", run_id="run-far")
+result = agent.run("Watch the queue.", run_id=run_id)
 print(result.end_state)
 """
 )
@@ -162,7 +173,7 @@ RESUME = (
     AGENT
     + """
 (folder / "go").write_text("go")
-result = agent.resume("run-far", wait=30)  # the killed worker's lease runs out
+result = agent.resume(run_id, wait=30)  # the killed worker's lease runs out
 print(result.end_state)
 """
 )
@@ -179,18 +190,52 @@ def script_waiting() -> list[Any]:
     return [replies.tool_use("wait_for_news", {}), replies.text("Done.")]
 
 
+@pytest.fixture(scope="module")
+def postgres() -> Iterator[LocalPostgres]:
+    with LocalPostgres() as server:
+        yield server
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def spec(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where the worker's store is: an SQLite file, or the test's PostgreSQL server
+    (started once for the module; each test's run has its own id)."""
+    if request.param == "sqlite":
+        return str(tmp_path / "runs.sqlite3")
+    server: LocalPostgres = request.getfixturevalue("postgres")
+    return server.dsn
+
+
+def open_store(spec: str) -> PostgresCheckpointer | SQLiteCheckpointer:
+    if spec.startswith("postgresql:"):
+        return PostgresCheckpointer(spec)
+    return SQLiteCheckpointer(spec)
+
+
+def steer_from_here(spec: str, run_id: str, text: str) -> None:
+    """What a web handler does: its own agent and store connection, not the worker's."""
+    store = open_store(spec)
+    here = Agent(ScriptedModel([]), checkpointer=store)
+    try:
+        here.steer(run_id, text, by="web")
+    finally:
+        here.close()
+        store.close()
+
+
 class TestSteerFromAnotherProcess:
-    def test_a_run_driven_by_a_worker_gets_a_message_steered_here(self, tmp_path: Path) -> None:
-        marker = tmp_path / "marker"
+    def test_a_run_driven_by_a_worker_gets_a_message_steered_here(
+        self, tmp_path: Path, spec: str
+    ) -> None:
+        marker, run_id = tmp_path / "marker", f"run-far-{secrets.token_hex(4)}"
+        args = [str(tmp_path), str(marker), spec, run_id]
         with FakeAnthropicServer(script_waiting()) as server:
             worker = subprocess.Popen(
-                [sys.executable, "-c", DRIVE, server.base_url, str(tmp_path), str(marker)],
+                [sys.executable, "-c", DRIVE, server.base_url, *args],
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
             )  # fmt: skip
             wait_for(marker)
-            here = Agent(ScriptedModel([]), checkpointer=tmp_path / "runs.sqlite3")
-            here.steer("run-far", "the queue moved to eu-west", by="web")
-            here.close()
+            steer_from_here(spec, run_id, "the queue moved to eu-west")
             (tmp_path / "go").write_text("go")
             out, err = worker.communicate(timeout=120)
             assert worker.returncode == 0, err
@@ -198,24 +243,24 @@ class TestSteerFromAnotherProcess:
             requests = server.requests
         assert out.strip() == "completed"
         assert texts(requests[1]["messages"][-1])[-1] == "the queue moved to eu-west"
+        assert not mentions(requests[0], "eu-west")
 
     def test_a_message_queued_before_a_sigkill_is_delivered_once_after_the_resume(
-        self, tmp_path: Path
+        self, tmp_path: Path, spec: str
     ) -> None:
-        marker = tmp_path / "marker"
+        marker, run_id = tmp_path / "marker", f"run-far-{secrets.token_hex(4)}"
+        args = [str(tmp_path), str(marker), spec, run_id]
         with FakeAnthropicServer(script_waiting()) as server:
             worker = subprocess.Popen(
-                [sys.executable, "-c", DRIVE, server.base_url, str(tmp_path), str(marker)],
+                [sys.executable, "-c", DRIVE, server.base_url, *args],
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT,
             )  # fmt: skip
             wait_for(marker)
-            here = Agent(ScriptedModel([]), checkpointer=tmp_path / "runs.sqlite3")
-            here.steer("run-far", "use the backup queue", by="web")
-            here.close()
+            steer_from_here(spec, run_id, "use the backup queue")
             os.kill(worker.pid, signal.SIGKILL)
             worker.wait(timeout=60)
             resumed = subprocess.run(
-                [sys.executable, "-c", RESUME, server.base_url, str(tmp_path), str(marker)],
+                [sys.executable, "-c", RESUME, server.base_url, *args],
                 capture_output=True, text=True, timeout=120, check=False, cwd=ROOT,
             )  # fmt: skip
             assert resumed.returncode == 0, resumed.stderr
@@ -226,6 +271,38 @@ class TestSteerFromAnotherProcess:
             0,
             1,
         ]
+
+
+def test_processes_steering_one_run_at_once_get_consecutive_numbers_on_postgres(
+    postgres: LocalPostgres,
+) -> None:
+    """Each message is numbered inside the write that queues it, under the run's row
+    lock: writers racing on separate connections never share a number or lose one."""
+    run_id, writers, each = f"run-race-{secrets.token_hex(4)}", 4, 6
+    start = threading.Barrier(writers)
+
+    def write(w: int) -> list[int]:
+        store = PostgresCheckpointer(postgres.dsn)
+        try:
+            start.wait()
+            return [store.steer(run_id, f"w{w} m{i}") for i in range(each)]
+        finally:
+            store.close()
+
+    with ThreadPoolExecutor(writers) as pool:
+        numbered = list(pool.map(write, range(writers)))
+    with PostgresCheckpointer(postgres.dsn) as store:
+        queued = store.steered(run_id)
+    assert sorted(n for ns in numbered for n in ns) == list(range(1, writers * each + 1))
+    assert [m.number for m in queued] == list(range(1, writers * each + 1))
+    for w, ns in enumerate(numbered):
+        assert ns == sorted(ns)
+        assert [m.text for m in queued if m.text.startswith(f"w{w} ")] == [
+            f"w{w} m{i}" for i in range(each)
+        ]
+        assert {m.number: m.text for m in queued if m.number in ns} == {
+            n: f"w{w} m{i}" for i, n in enumerate(ns)
+        }
 
 
 @settings(max_examples=25, deadline=None)
