@@ -288,6 +288,26 @@ def test_a_staged_write_runs_iff_the_run_passed_through_commit(
         assert f"{result.run_id}:{left['tool_use_id']}" not in ran
 
 
+class TestResumeAfterUnstage:
+    def test_a_run_that_unstaged_resumes_in_commit(self, tmp_path: Path) -> None:
+        """A run that took a staged call back with the built-in `unstage`, then paused in
+        commit for approval, resumes: `unstage` is no tool the resumed agent must carry."""
+        from statemachine_agent import Approve
+
+        ledger: dict[str, int] = {}
+        mail = call("email", {"to": "ann@example.com", "body": "Refunded."}, "toolu_mail")
+        unstage = call("unstage", {"reference": "S1"}, "toolu_un")
+        script = [use(REFUND_2), use(unstage, REFUND, mail), replies.text("Done.")]
+        with FakeAnthropicServer(script) as server:
+            agent = refund_agent(server.base_url, tmp_path, ledger)
+            paused = agent.run("refund A-1001 and tell Ann", run_id="run_un")
+            assert paused.end_state == "awaiting_approval", paused.reason
+            done = agent.resume("run_un", decisions={"toolu_mail": Approve()})
+            assert server.unexpected() == []
+        assert done.end_state == "completed", done.reason
+        assert ledger == {"run_un:toolu_refund": 1, "run_un:toolu_mail": 1}
+
+
 class TestTaintAtCommit:
     def test_a_tainted_runs_staged_writes_go_to_approval_at_commit_as_one_batch(self) -> None:
         """Untrusted text entered the run before two writes were staged: neither runs in

@@ -24,6 +24,7 @@ from statemachine_agent.machine.run import TransitionRecord
 from statemachine_agent.machine.table import Row
 from statemachine_agent.models.base import ModelError
 from statemachine_agent.models.scripted import ScriptedModel
+from statemachine_agent.policy.commit import CommitPolicy
 from statemachine_agent.testing import FakeAnthropicServer, replies
 from statemachine_agent.testing.reachability import reachable_rows
 from statemachine_agent.testing.witnesses import (
@@ -64,6 +65,22 @@ def send_email(to: str) -> str:
     return to
 
 
+@tool(side_effect=True, deferrable=True)
+def refund(amount: int) -> str:
+    """Refund an amount (staged: it runs in commit); a negative amount fails."""
+    if amount < 0:
+        raise ValueError("a refund cannot be negative")
+    return f"refunded {amount}"
+
+
+@tool(side_effect=True, deferrable=True, requires_approval=True)
+def wire(amount: int) -> str:
+    """Wire an amount (staged, and approved by a person when committed); negative fails."""
+    if amount < 0:
+        raise ValueError("a wire cannot be negative")
+    return f"wired {amount}"
+
+
 class Expense(BaseModel):
     total: int
     note: str
@@ -92,7 +109,21 @@ def sub_agent_parent() -> Agent:
     return Agent(ScriptedModel([]), [child.as_tool(name="delegate")], stall=None)
 
 
+def commit_with_approval() -> Agent:
+    """A deferrable tool needing approval (the commit pauses for it), a verifier, and a
+    failed staged write going back to the model (`on_failure="retry"`)."""
+    return Agent(
+        ScriptedModel([]),
+        [lookup, wire],
+        verify=lambda claim: None,  # type: ignore[arg-type,return-value]
+        commit=CommitPolicy(on_failure="retry"),
+        stall=None,
+    )
+
+
 CONFIGURATIONS: dict[str, Any] = {
+    "commit": lambda: Agent(ScriptedModel([]), [lookup, refund, finish], stall=None),
+    "commit_with_approval": commit_with_approval,
     "bare": lambda: Agent(ScriptedModel([]), stall=None),
     "approval_only": lambda: Agent(ScriptedModel([]), [pay], stall=None),
     "tools_stall_fatal": lambda: Agent(ScriptedModel([]), [lookup, pay, deploy]),
@@ -197,13 +228,25 @@ _FEATURE_ANSWERS = st.sampled_from(
         lambda: replies.tool_use("delegate", {"task": "Pay 3."}),
         lambda: replies.tool_use("fetch_page", {"url": "https://example.com"}),
         lambda: replies.tool_use("send_email", {"to": "ann@example.com"}),
+        lambda: replies.tool_use("refund", {"amount": 3}),
+        lambda: replies.tool_use("refund", {"amount": -1}),
+        lambda: replies.tool_use("wire", {"amount": 3}),
+        lambda: replies.tool_use("wire", {"amount": -1}),
+        lambda: replies.tool_use("unstage", {"reference": "S1"}),
         lambda: replies.text("Cut", stop_reason="max_tokens", usage={"output_tokens": 5}),
         lambda: replies.reply(stop_reason="refusal"),
         lambda: replies.reply(replies.text_block("..."), stop_reason="pause_turn"),
         lambda: ModelError("prompt is too long", status=400, context_exceeded=True),
     ]
 )
-_PROPERTY_CONFIGURATIONS = ["every_feature", "sub_agent_parent", "approval_only", "taint"]
+_PROPERTY_CONFIGURATIONS = [
+    "every_feature",
+    "sub_agent_parent",
+    "approval_only",
+    "taint",
+    "commit",
+    "commit_with_approval",
+]
 
 
 @pytest.mark.parametrize("name", _PROPERTY_CONFIGURATIONS)
@@ -213,7 +256,8 @@ def test_random_scripts_fire_only_reachable_rows_with_features(
     name: str, script: list[Any], data: st.DataObject
 ) -> None:
     """The same for richer configurations (every feature on, a sub-agent parent, approval
-    only, taint): each model (the loop's, the critic, the summary model, the child's)
+    only, taint, deferrable writes: staged, unstaged, failing when committed): each model
+    (the loop's, the critic, the summary model, the child's)
     answers from a random script calling only the tools it is offered; a run is resumed
     approving what it waits for. No row said unreachable fires."""
     from statemachine_agent import Approve, MemoryCheckpointer
@@ -222,16 +266,17 @@ def test_random_scripts_fire_only_reachable_rows_with_features(
     agent = CONFIGURATIONS[name]()
     reach = reachable_rows(agent)
     allowed = {row.key for row in (*reach.reachable, *reach.defect_rows)}
-    offered = {t.name for t in agent.tools}
+    offered = {t.name for t in agent.tools} | ({"unstage"} if agent.commit else set())
     answers = [a for a in (make() for make in script) if _offered(a, offered)]
     side = [replies.text("Keep going.") for _ in range(8)]
     changes: dict[str, Any] = {
         "model": ScriptedModel(answers, validate=False),
         "checkpointer": MemoryCheckpointer(),
     }
-    if name == "every_feature":
+    if name in ("every_feature", "commit_with_approval"):
         ok = data.draw(st.booleans())
         changes["verify"] = lambda claim: Verdict(ok, "" if ok else "Check again.")
+    if name == "every_feature":
         changes["reflection"] = ReflectionPolicy(3, critic=ScriptedModel(side))
         changes["summary_model"] = ScriptedModel(side)
         changes["context"] = ContextPolicy(

@@ -86,10 +86,21 @@ def setup_from(settings: RunSettings, offered: Iterable[Tool], *, typed: bool = 
         import dataclasses
 
         settings = dataclasses.replace(settings, output_expected=True)
+    staged = [t for t in tools if settings.commit is not None and t.deferrable]
+    acting = [t for t in tools if t not in staged]  # run (or paused on) in `act`
+    taint = settings.taint
+    gated_in_commit = (
+        taint is not None
+        and taint.side_effects == "approve"
+        and _may_taint(tools)
+        and any(t.side_effect and t.name not in taint.trusted_tools for t in staged)
+    )
     return Setup(
         settings=settings,
         offers_tools=bool(tools) or typed,
-        may_pause=any(may_pause(t) for t in tools),
+        may_pause=any(may_pause(t) for t in acting),
+        commit_pauses=any(t.requires_approval for t in staged) or gated_in_commit,
+        staged_approval=any(t.requires_approval for t in staged),
         fatal_tools=any(t.on_error == "fail" for t in tools),
         ends_run=typed or any(t.ends_run for t in tools),
         may_taint=_may_taint(tools),
@@ -119,7 +130,11 @@ def _taint_gates(settings: RunSettings, tools: list[Tool]) -> bool:
 
     policy = settings.taint
     trusted = set(policy.trusted_tools) if policy is not None else set()
-    own = any(t.side_effect and not t.ends_run and t.name not in trusted for t in tools)
+    staged = settings.commit is not None  # a deferrable call is gated in `commit`, not `act`
+    own = any(
+        t.side_effect and not t.ends_run and t.name not in trusted and not (staged and t.deferrable)
+        for t in tools
+    )
     return own or any(taint_pause(setup_of(child)) is None for child in _children(tools))
 
 
@@ -158,19 +173,23 @@ _ONLY_OLD_RECORDS: Mapping[tuple[str, str, str, tuple[str, ...]], str] = {
 """Fallback rows the rows above them cover completely, with why (no guard to carry it)."""
 
 
-_ONLY_AFTER: Mapping[
-    tuple[str, str, str, tuple[str, ...]], tuple[str, str, str, tuple[str, ...]]
-] = {
-    ("verify", "verified", "completed", ("verdict_passed",)): (
-        "reason",
-        "replied",
-        "verify",
-        ("is_end_turn", "verifier_configured"),
+_RowKey = tuple[str, str, str, tuple[str, ...]]
+_TEXT_CLAIM: _RowKey = ("reason", "replied", "verify", ("is_end_turn", "verifier_configured"))
+_TEXT_STAGED: _RowKey = ("reason", "replied", "commit", ("is_end_turn", "calls_staged"))
+
+_ONLY_AFTER: Mapping[_RowKey, tuple[_RowKey, ...]] = {
+    ("verify", "verified", "completed", ("verdict_passed",)): (_TEXT_CLAIM,),
+    ("commit", "committed", "completed", ()): (_TEXT_STAGED, _TEXT_CLAIM),
+    ("awaiting_approval", "resumed", "act", ()): (
+        ("act", "tools_done", "awaiting_approval", ("taint_approval_pending",)),
+        ("act", "tools_done", "awaiting_approval", ("approval_pending",)),
     ),
 }
-"""Rows only a run that came in by one row can take, with that row: a claim `verify`
-passes without `finish_called` came from a plain end_turn, so with that row ruled out
-(an `output_type` takes every end_turn) only the finish tool's claims reach `verify`."""
+"""Rows only a run that came in by one of some rows can take, with those rows: a claim
+`verify` passes (or a commit ends) without `finish_called` came from a plain end_turn, so
+with those rows ruled out (an `output_type` takes every end_turn) only the finish tool's
+claims get there; a run resumed into `act` paused in `act` (one paused in `commit` takes
+the `committing` row)."""
 
 
 def _verdicts(setup: Setup, table: tuple[Row, ...]) -> dict[Row, str | None]:
@@ -183,15 +202,15 @@ def _verdicts(setup: Setup, table: tuple[Row, ...]) -> dict[Row, str | None]:
         why = None if row.source in setup.states else f"`{row.source}` is unreachable"
         if why is None:
             why = _ONLY_OLD_RECORDS.get(row.key) or _ruled_out(setup, row)
-        came_by = _ONLY_AFTER.get(row.key)
-        if why is None and came_by is not None:
-            entry = next((r for r in verdicts if r.key == came_by), None)
-            if entry is None or verdicts[entry] is not None:
-                why = (
-                    f"only a run that came in by {came_by[0]} --{came_by[1]} "
-                    f"[{' & '.join(came_by[3])}]--> {came_by[2]} takes it, and that row is "
-                    "unreachable"
+        came_by = _ONLY_AFTER.get(row.key, ())
+        if why is None and came_by:
+            open_ = [r for r in verdicts if r.key in came_by and verdicts[r] is None]
+            if not open_:
+                ways = " or ".join(
+                    f"{k[0]} --{k[1]} [{' & '.join(k[3])}]--> {k[2]}" for k in came_by
                 )
+                rows = "that row is" if len(came_by) == 1 else "those rows are"
+                why = f"only a run that came in by {ways} takes it, and {rows} unreachable"
         allowed[row] = why is None
         if why is None:
             why = _shadowed(setup, row, [e for e in table if allowed.get(e) and e is not row])
@@ -200,6 +219,7 @@ def _verdicts(setup: Setup, table: tuple[Row, ...]) -> dict[Row, str | None]:
 
 
 def _ruled_out(setup: Setup, row: Row) -> str | None:
+    setup = Setup(**{**_fields(setup), "source": row.source})
     for name in row.guards:
         guard = GUARDS[name]
         rule = rule_of(guard)

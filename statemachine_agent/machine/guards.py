@@ -310,20 +310,20 @@ def calls_staged(run: RunRecord) -> bool:
     return bool(run.staged.calls)
 
 
-@requires(reach.commits)
+@requires(reach.commit_failure_retries)
 def commit_failed(run: RunRecord) -> bool:
     """A staged call failed (it raised, timed out, or was denied) when committed."""
     return run.staged.failure is not None
 
 
-@requires(reach.commits)
+@requires(reach.commit_failure_fails)
 def commit_failure_ends_run(run: RunRecord) -> bool:
     """A staged call failed when committed, and `CommitPolicy(on_failure="fail")`."""
     policy = run.settings.commit
     return run.staged.failure is not None and (policy is None or policy.on_failure == "fail")
 
 
-@requires(reach.commits)
+@requires(reach.commit_pause)
 def committing(run: RunRecord) -> bool:
     """The run paused inside `commit` (staged calls waiting for approval): resume there."""
     return run.staged.committing

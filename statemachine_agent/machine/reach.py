@@ -31,7 +31,13 @@ class Setup:
     offers_tools: bool = False
     """The model is offered at least one tool (the final-answer tool included)."""
     may_pause: bool = False
-    """Some tool needs approval, itself or inside a sub-agent (at any depth)."""
+    """A call may pause the run in `act`: a tool needs approval (and is not staged, as a
+    deferrable one is when the agent commits), or a sub-agent may pause (at any depth)."""
+    commit_pauses: bool = False
+    """A staged call may wait for a person in `commit`: a deferrable tool needs approval,
+    or `TaintPolicy` gates one (asked when the batch is committed, not when staged)."""
+    staged_approval: bool = False
+    """Some deferrable tool needs approval (staged, so asked for in `commit`, not `act`)."""
     fatal_tools: bool = False
     """Some tool is configured with `on_error="fail"`."""
     ends_run: bool = False
@@ -43,6 +49,9 @@ class Setup:
     `trusted_tools`, or a sub-agent whose own taint-gated call pauses it."""
     states: frozenset[str] = frozenset()
     """The states the analysis has found reachable so far (for rules about where a run was)."""
+    source: str | None = None
+    """The state of the row being judged: a guard some states share (`approval_pending`,
+    in `act` and in `commit`) may be possible in one and not the other."""
 
 
 Rule = Callable[[Setup], "str | None"]
@@ -137,8 +146,21 @@ def output_retry(setup: Setup) -> str | None:
 
 
 def approval(setup: Setup) -> str | None:
+    """Calls wait for a person: in `commit`, staged ones; elsewhere, calls `act` ran."""
+    if setup.source == "commit":
+        if setup.commit_pauses:
+            return None
+        return (
+            "no staged call waits for approval (no deferrable tool has "
+            "`requires_approval=True`, nor does `TaintPolicy` gate one)"
+        )
     if setup.may_pause:
         return None
+    if setup.staged_approval:
+        return (
+            "every tool requiring approval is deferrable: its calls are staged, and approval "
+            "is asked in `commit`"
+        )
     return "no tool requires approval (nor does any sub-agent's)"
 
 
@@ -162,6 +184,39 @@ def reflection(setup: Setup) -> str | None:
 def commits(setup: Setup) -> str | None:
     """Calls can be staged (side effects last), so the commit rows can fire."""
     return None if setup.settings.commit is not None else "no deferrable tool (`commit=None`)"
+
+
+def commit_pause(setup: Setup) -> str | None:
+    """A run paused in `commit` (a staged call waiting for a person) resumes there."""
+    why = commits(setup)
+    if why is not None or setup.commit_pauses:
+        return why
+    return (
+        "no staged call waits for approval (no deferrable tool has `requires_approval=True`, "
+        "nor does `TaintPolicy` gate one)"
+    )
+
+
+def commit_failure_fails(setup: Setup) -> str | None:
+    """A staged call that fails when committed ends the run (`on_failure="fail"`)."""
+    policy = setup.settings.commit
+    if policy is None:
+        return "no deferrable tool (`commit=None`)"
+    return None if policy.on_failure == "fail" else "`CommitPolicy(on_failure='retry')`"
+
+
+def commit_failure_retries(setup: Setup) -> str | None:
+    """A staged call that fails when committed goes back to the model (`on_failure="retry"`);
+    under "fail" the row above ends the run at every such failure."""
+    policy = setup.settings.commit
+    if policy is None:
+        return "no deferrable tool (`commit=None`)"
+    if policy.on_failure == "retry":
+        return None
+    return (
+        "`CommitPolicy(on_failure='fail')`: a failed staged call ends the run (the row "
+        "above), none goes back to the model"
+    )
 
 
 def taint_pause(setup: Setup) -> str | None:

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from statemachine_agent.errors import Error
 from statemachine_agent.machine.ends import END_STATES
 from statemachine_agent.machine.run import RunRecord
+from statemachine_agent.phases.staging import UNSTAGE_TOOL
 from statemachine_agent.policy.approval import Decision, decision_to_plain
 
 
@@ -43,6 +44,8 @@ def check_tools(record: RunRecord, available: Iterable[str]) -> None:
                 for block in content
                 if isinstance(block, Mapping) and block.get("type") == "tool_use"
             )
+    if record.settings.commit is not None:  # the built-in `unstage` comes with staging
+        called.discard(UNSTAGE_TOOL)
     missing = called - set(available)
     if missing:
         raise MissingToolsError(record.run_id, missing)

@@ -97,6 +97,8 @@ class Scenario:
     """Cancel as the first answer of this side model (`"summary"`, `"critic"`) comes back."""
     changes: Mapping[str, Any] = field(default_factory=dict)
     """Settings the witness needs changed (a budget of one iteration)."""
+    failing: tuple[str, ...] = ()
+    """Tools whose stub raises (a staged write that fails when committed)."""
 
     def describe(self) -> str:
         """The scenario in a sentence (the docstring of a generated test)."""
@@ -123,6 +125,8 @@ class Scenario:
             said.append("the summary model answers " + _answers(self.summaries))
         if self.defect_in:
             said.append(f"a defect is injected into {self.defect_in}")
+        if self.failing:
+            said.append(" and ".join(self.failing) + " fails when run")
         if self.changes:
             said.append("with " + ", ".join(sorted(self.changes)) + " changed")
         return "; ".join(said) + "."
@@ -287,9 +291,28 @@ class _Kit:
         """A tool whose call goes straight through (no approval, no end, no failure)."""
         for tool in self.agent.tools:
             special = tool.requires_approval or tool.ends_run or tool.on_error == "fail"
-            if not special and not _pauses(tool):  # a sub-agent that cannot pause too
-                return tool
+            if not special and not _pauses(tool) and not self.stages(tool):
+                return tool  # a sub-agent that cannot pause too; never a staged write
         return None
+
+    def stages(self, tool: Tool) -> bool:
+        """A call of `tool` is staged (a deferrable tool of an agent that commits)."""
+        return tool.deferrable and self.setup.settings.commit is not None
+
+    def pauses_in_act(self, tool: Tool) -> bool:
+        """A call of `tool` may pause the run in `act` (a staged one waits for `commit`)."""
+        return _pauses(tool) and not self.stages(tool)
+
+    def staged(self, *, approval: bool = False) -> Tool:
+        """A deferrable tool: one needing approval if `approval`, else preferably not."""
+        found = [t for t in self.agent.tools if self.stages(t)]
+        wanted = [t for t in found if t.requires_approval == approval]
+        return (wanted or found)[0]
+
+    def stage(self, tool: Tool, salt: str = "") -> JSON:
+        """A call of the deferrable `tool` (staged, not run), its input salted."""
+        given = _sample(tool.input_schema, salt)
+        return replies.tool_use(tool.name, given, id=replies.new_id("toolu"))
 
     def call(self, tool: Tool | None = None) -> JSON:
         """A reply calling `tool` (a plain one by default) with a valid input."""
@@ -340,8 +363,10 @@ class _Kit:
         return self.finish("completed")
 
     def bad_answer(self) -> JSON:
-        """A `final_result` call its type rejects."""
-        return replies.tool_use("final_result", {"unexpected": [1]}, id=replies.new_id("toolu"))
+        """A call of the run-ending tool its schema rejects (`final_result`, or `finish`)."""
+        ending = self.output_tool or next((t for t in self.agent.tools if t.ends_run), None)
+        name = ending.name if ending is not None else "final_result"
+        return replies.tool_use(name, {"unexpected": [1]}, id=replies.new_id("toolu"))
 
     def step(self) -> JSON:
         """A reply that keeps the loop going: a plain tool call, or a paused turn."""
@@ -400,7 +425,9 @@ def _through(kit: _Kit, *, host: int = 0, cancel: str | None = None) -> Scenario
     if kit.plain_tool is not None:
         return Scenario((kit.call(), kit.answer()), cancel_on_entering=cancel, resume=host)
     return Scenario(
-        (kit.call(kit.tool(_pauses)), kit.answer()), cancel_on_entering=cancel, resume=1 + host
+        (kit.call(kit.tool(kit.pauses_in_act)), kit.answer()),
+        cancel_on_entering=cancel,
+        resume=1 + host,
     )
 
 
@@ -408,7 +435,7 @@ def _acted(kit: _Kit) -> Scenario:
     """The model calls a tool (the run may pause on it, which ends the witness)."""
     if kit.plain_tool is not None:
         return Scenario((kit.call(), kit.answer()))
-    return Scenario((kit.call(kit.tool(_pauses)),))
+    return Scenario((kit.call(kit.tool(kit.pauses_in_act)),))
 
 
 _TOO_LONG = Fault(400, "prompt is too long: 250000 tokens > 200000 maximum")
@@ -481,7 +508,7 @@ RECIPES: Mapping[RowKey, Recipe] = {
         (k.call(k.tool(lambda t: t.on_error == "fail")),)
     ),
     ("act", "tools_done", "awaiting_approval", ("approval_pending",)): lambda k: Scenario(
-        (k.call(k.tool(_pauses)),)
+        (k.call(k.tool(k.pauses_in_act)),)
     ),
     ("act", "tools_done", "observe", ()): _through,
     ("observe", "observed", "cancelled", ("cancel_requested",)): lambda k: dataclasses.replace(
@@ -505,8 +532,8 @@ RECIPES: Mapping[RowKey, Recipe] = {
     ),
     ("compact", "compacted", "perceive", ()): lambda k: Scenario((_TOO_LONG, k.answer())),
     ("awaiting_approval", "resumed", "act", ()): lambda k: (
-        Scenario((k.call(k.tool(_pauses)),), after_resume=(k.answer(),), resume=1)
-        if any(_pauses(t) for t in k.agent.tools)
+        Scenario((k.call(k.tool(k.pauses_in_act)),), after_resume=(k.answer(),), resume=1)
+        if any(k.pauses_in_act(t) for t in k.agent.tools)
         else _taint_paused(k, after_resume=(k.answer(),), resume=1)
     ),
     ("act", "tools_done", "awaiting_approval", ("taint_approval_pending",)): lambda k: (
@@ -578,6 +605,9 @@ RECIPES: Mapping[RowKey, Recipe] = {
         (k.finish("completed"),)
     ),
     ("verify", "verified", "completed", ("verdict_passed",)): lambda k: Scenario((_text(),)),
+    ("reason", "replied", "verify", ("is_end_turn", "verifier_configured")): lambda k: Scenario(
+        (_text(),)
+    ),
     ("verify", "verified", "perceive", ()): lambda k: Scenario(
         (k.claim(), k.claim()), verdicts=(False,)
     ),
@@ -599,8 +629,68 @@ RECIPES: Mapping[RowKey, Recipe] = {
     ("cancelled", "resumed", "reflect", ("cancelled_in_reflect",)): lambda k: _reflected(
         k, cancel_on_entering="reflect", resume=1
     ),
+    ("reason", "replied", "commit", ("is_end_turn", "calls_staged")): lambda k: _committed(
+        k, _text()
+    ),
+    ("commit", "committed", "completed", ()): lambda k: _committed(k, _text(), unstage=True),
+    ("observe", "observed", "commit", ("finish_claims_success", "calls_staged")): (
+        lambda k: _committed(k, k.finish("completed"))
+    ),
+    ("commit", "committed", "finished", ("finish_called",)): lambda k: _committed(
+        k, k.finish("completed")
+    ),
+    ("verify", "verified", "commit", ("verdict_passed", "calls_staged")): lambda k: _committed(
+        k, k.claim()
+    ),
+    ("commit", "committed", "cancelled", ("cancel_requested",)): lambda k: _committed(
+        k, k.claim(), cancel_on_entering="commit", resume=0
+    ),
+    ("cancelled", "resumed", "commit", ("cancelled_in_commit",)): lambda k: _committed(
+        k, k.claim(), cancel_on_entering="commit", resume=1 + k.staged().requires_approval
+    ),
+    ("commit", "committed", "failed", ("commit_failure_ends_run",)): lambda k: _commit_fails(k),
+    ("commit", "committed", "perceive", ("commit_failed",)): lambda k: _commit_fails(
+        k, then=(k.answer(),)
+    ),
+    ("commit", "committed", "awaiting_approval", ("approval_pending",)): lambda k: _commit_paused(
+        k
+    ),
+    ("awaiting_approval", "resumed", "commit", ("committing",)): lambda k: _commit_paused(
+        k, resume=1
+    ),
 }
 """The shortest scenario for each row, given what the agent offers."""
+
+
+def _committed(kit: _Kit, end: JSON, *, unstage: bool = False, **host: Any) -> Scenario:
+    """A write staged, then `end` (the turn's end, a finish, a claim): `commit` runs it.
+    With `unstage`, two are staged and the first taken back, so one runs. A write needing
+    approval pauses the commit: the host resumes approving it (unless `resume` is given)."""
+    tool = kit.staged()
+    if unstage:
+        reference = replies.tool_use("unstage", {"reference": "S1"}, id=replies.new_id("toolu"))
+        staging: tuple[JSON, ...] = (kit.stage(tool, "1"), kit.stage(tool, "2"), reference)
+    else:
+        staging = (kit.stage(tool),)
+    host.setdefault("resume", 1 if tool.requires_approval else 0)
+    return Scenario((*staging, end), **host)
+
+
+def _commit_fails(kit: _Kit, then: tuple[Answer, ...] = ()) -> Scenario:
+    """A write staged, then the claim: the write fails when committed (`then`: the model's
+    answers after the failure came back to it, under `on_failure="retry"`)."""
+    tool = kit.staged()
+    resume = 1 if tool.requires_approval else 0
+    return Scenario((kit.stage(tool), kit.claim(), *then), failing=(tool.name,), resume=resume)
+
+
+def _commit_paused(kit: _Kit, **host: Any) -> Scenario:
+    """A staged write waits for a person in `commit`: a deferrable tool needing approval,
+    or (`TaintPolicy`) untrusted text read before the write was staged."""
+    if any(kit.stages(t) and t.requires_approval for t in kit.agent.tools):
+        return Scenario((kit.stage(kit.staged(approval=True)), kit.claim()), **host)
+    untrusted = kit.tool(lambda t: t.untrusted)
+    return Scenario((kit.call(untrusted), kit.stage(kit.staged()), kit.claim()), **host)
 
 
 def _summarized(kit: _Kit, **host: Any) -> Scenario:
@@ -696,13 +786,14 @@ def _value(schema: Mapping[str, Any], salt: str = "") -> Any:
     }.get(str(kind), "x" + salt)
 
 
-def _stub(tool: Tool) -> Tool:
-    """The tool by name, its effect replaced: "ok", or a failure where it ends the run."""
+def _stub(tool: Tool, failing: Sequence[str] = ()) -> Tool:
+    """The tool by name, its effect replaced: "ok", or a failure where it ends the run
+    (or the scenario says it fails)."""
     if tool.ends_run or _delegate(tool) is not None:
         return tool
 
     def handler(**_: Any) -> str:
-        if tool.on_error == "fail":
+        if tool.on_error == "fail" or tool.name in failing:
             raise RuntimeError(f"{tool.name} failed (witness)")
         return "ok"
 
@@ -888,7 +979,7 @@ def _stub_in(tool: Tool, scenario: Scenario, sides: _Sides) -> Tool:
     """`_stub`, and a sub-agent's tool rebuilt around its agent with its model scripted."""
     delegate = _delegate(tool)
     if delegate is None:
-        return _stub(tool)
+        return _stub(tool, scenario.failing)
     child: Agent[Any] = delegate.agent  # type: ignore[attr-defined]
     given = scenario.child if scenario.child is not None else _child_answers(child)
     model = sides.model("child", child.model.name, given)
