@@ -48,7 +48,7 @@ SCENARIOS: dict[str, Callable[[Effects], Agent]] = {
 """Each scenario's registered name and its factory (the reference builds it directly)."""
 TOOL_CALLS = {
     agents.PAYMENTS: ["toolu_look_a", "toolu_look_b", "toolu_pay5", "toolu_pay7"],
-    agents.COMMIT: ["toolu_read", "toolu_pay5", "toolu_pay7"],
+    agents.COMMIT: ["toolu_read", "toolu_pay5", "toolu_pay7", "toolu_note_a", "toolu_note_b"],
 }
 """The tool calls each scenario makes, each exactly once."""
 
@@ -135,6 +135,8 @@ class TestParity:
         assert got == expected
         through = [step["dest"] for step in got["trail"]][-3:]
         assert (through == ["verify", "commit", "completed"]) == (agent == agents.COMMIT)
+        committed = [c["ref"] for c in (got["details"] or {}).get("committed", [])]
+        assert committed == (["S1", "S2", "S3", "S4"] if agent == agents.COMMIT else [])
         ran = Counter(key for _, kind, key in agents.ledger_lines(ledger) if kind == "tool")
         assert ran == Counter(f"{RUN_ID}:{call}" for call in TOOL_CALLS[agent])
 

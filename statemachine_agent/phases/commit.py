@@ -84,7 +84,7 @@ class Commit:
                              usage=run.usage, metadata=dict(run.metadata), env=ctx)  # fmt: skip
 
             def settle(call: ToolCall, outcome: ToolOutcome, e: dict[str, Any] = entries) -> None:
-                self._settle(ctx, e[call.id], call, outcome)
+                self._settle(ctx, e[call.id], call, outcome, batch=list(e))
 
             with tool_scope(scope):
                 await deps.effects.run_tools(deps.tools, keyed, settle)
@@ -92,16 +92,22 @@ class Commit:
                 return
 
     def _settle(
-        self, ctx: PhaseEnv, entry: dict[str, Any], call: ToolCall, outcome: ToolOutcome
+        self,
+        ctx: PhaseEnv,
+        entry: dict[str, Any],
+        call: ToolCall,
+        outcome: ToolOutcome,
+        batch: list[str] | None = None,
     ) -> None:
         """Keep one staged call's outcome, take it off the staged list, and checkpoint,
-        so that a resumed commit never runs it again."""
+        so that a resumed commit never runs it again. `batch` is the tool_use ids of the
+        batch the call ran in, in staged order (see `_placed`)."""
         run = ctx.state
         track = run.staged
         done = {"ref": entry["ref"], "tool_use_id": call.id, "tool": call.name,
                 "input": call.input, "content": outcome.content,
                 "is_error": outcome.is_error}  # fmt: skip
-        track.ran = [*track.ran, done]
+        track.ran = _placed(track.ran, done, batch or [])
         track.calls = [c for c in track.calls if c["tool_use_id"] != call.id]
         fields = {"iteration": run.iteration, "tool": call.name, "tool_use_id": call.id,
                   "input": call.input, "content": outcome.content,
@@ -137,6 +143,22 @@ class Commit:
                 + (f"Still staged, not run: {left}. " if left else "")
                 + "The calls that ran before it took effect. Fix the plan and finish again.",
             )
+
+
+def _placed(
+    ran: list[dict[str, Any]], done: dict[str, Any], batch: list[str]
+) -> list[dict[str, Any]]:
+    """`ran` with `done` added in staged order, not in the order the outcomes arrived.
+
+    The calls of a batch run concurrently and finish in any order (a thread's, an
+    engine's activity's), but the record of what ran is part of the result and of
+    every checkpoint, so it must read the same in process, on DBOS, on Temporal and
+    on replay: `done` goes before the outcomes of its batch that were staged after it.
+    """
+    rank = {tool_use_id: n for n, tool_use_id in enumerate(batch)}
+    mine = rank.get(done["tool_use_id"], len(batch))
+    at = next((i for i, e in enumerate(ran) if rank.get(e["tool_use_id"], -1) > mine), len(ran))
+    return [*ran[:at], done, *ran[at:]]
 
 
 def _is_alone(ctx: PhaseEnv, batch: list[tuple[dict[str, Any], ToolCall]]) -> bool:

@@ -185,15 +185,19 @@ def commit_script() -> list[dict[str, Any]]:
         replies.tool_uses(
             ("pay", {"amount": 5}), ("pay", {"amount": 7}), ids=("toolu_pay5", "toolu_pay7")
         ),
+        replies.tool_uses(
+            ("notify", {"to": "a"}), ("notify", {"to": "b"}), ids=("toolu_note_a", "toolu_note_b")
+        ),
         replies.text(COMMIT_TEXT),
     ]
 
 
 @register_agent(COMMIT)
 def commit(effects: Effects) -> Agent:
-    """Side effects last (issue 34): a read, two payments staged, a verifier that accepts,
-    then `commit` runs both, each once. `pay` keeps a ledger keyed by idempotency key, so
-    a test counts what really ran, and `SMA_SCALE_KILL_AT` can kill a worker inside one."""
+    """Side effects last (issue 34): a read, two payments (sequential) and two notices
+    (concurrent) staged, a verifier that accepts, then `commit` runs them, each once.
+    Each keeps a ledger line keyed by idempotency key, so a test counts what really ran,
+    and `SMA_SCALE_KILL_AT` can kill a worker inside one."""
 
     @tool
     def lookup(key: str, idempotency_key: str) -> str:
@@ -208,13 +212,21 @@ def commit(effects: Effects) -> Agent:
         maybe_die(idempotency_key)
         return f"paid {amount}"
 
+    @tool(side_effect=True, deferrable=True)
+    def notify(to: str, idempotency_key: str) -> str:
+        """Tell someone the claim was paid; staged, run at commit, concurrently. The first
+        notice is slow, so it finishes after the second one (staged after it)."""
+        time.sleep(0.2 if to == "a" else 0)
+        record("tool", idempotency_key)
+        return f"told {to}"
+
     def accept(claim: Any) -> Verdict:
         """Accepts the claim, so the run goes on to `commit`."""
         return Verdict(ok=True)
 
     return Agent(
         LedgerModel(commit_script()),
-        tools=[lookup, pay],
+        tools=[lookup, pay, notify],
         verify=accept,
         stall=None,
         audit=os.environ.get(AUDIT_ENV) or None,
