@@ -48,3 +48,13 @@ def test_five_tests_cover_every_reachable_row(pytester: pytest.Pytester) -> None
         "verifier_configured: no verifier configured (`verify=None`)",
         "stall_detected: `stall=None`",
     }
+
+
+def test_the_docs_cite_the_expense_agents_reachable_rows() -> None:
+    """docs/testing.md's figure for the expense agent is the analysis's, so it cannot go
+    stale when the table gains a row."""
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "testing.md").read_text("utf-8")
+    n = len(reachable_rows(expense_suite.expense_agent()).reachable)
+    flat = " ".join(docs.split())
+    assert f"can take {n} rows" in flat
+    assert f"read `{n}/{n} reachable rows fired (100.0%)`" in flat

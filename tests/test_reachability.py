@@ -143,3 +143,62 @@ def test_a_taint_pause_needs_untrusted_text_and_a_gated_side_effect() -> None:
     assert why(Agent(ScriptedModel([]), [fetch, send])) is None
     child = Agent(ScriptedModel([]), [fetch, send], name="reader")
     assert why(Agent(ScriptedModel([]), [child.as_tool()])) is None
+
+
+@tool(side_effect=True, deferrable=True)
+def refund(amount: int) -> str:
+    """Refund an amount (staged)."""
+    return f"refunded {amount}"
+
+
+@tool(side_effect=True, deferrable=True, requires_approval=True)
+def wire(amount: int) -> str:
+    """Wire an amount (staged, approved when committed)."""
+    return f"wired {amount}"
+
+
+class TestCommitRows:
+    def test_commit_rows_need_a_deferrable_tool(self) -> None:
+        """Without a deferrable tool, every row into or out of commit is ruled out, the
+        way in naming the setting (`commit=None`)."""
+        reach = reachable_rows(Agent(ScriptedModel([]), [lookup], stall=None))
+        commit_rows = {r: why for r, why in reach.unreachable.items() if "commit" in r.key[::2]}
+        assert len(commit_rows) == sum(1 for r in ROWS if "commit" in (r.source, r.dest))
+        into = next(r for r in commit_rows if r.key[0] == "reason" and r.dest == "commit")
+        assert commit_rows[into] == "calls_staged: no deferrable tool (`commit=None`)"
+        assert not [r for r in reach.reachable if "commit" in (r.source, r.dest)]
+
+    def test_a_staged_approval_pauses_in_commit_not_in_act(self) -> None:
+        """A deferrable tool needing approval is staged, so the run pauses in commit and
+        resumes there; act never pauses, and a resume never goes back to act."""
+        reach = reachable_rows(Agent(ScriptedModel([]), [lookup, wire], stall=None))
+        keys = _keys(reach.reachable)
+        assert ("commit", "committed", "awaiting_approval", ("approval_pending",)) in keys
+        assert ("awaiting_approval", "resumed", "commit", ("committing",)) in keys
+        act = ("act", "tools_done", "awaiting_approval", ("approval_pending",))
+        why = {r.key: w for r, w in reach.unreachable.items()}
+        assert "approval is asked in `commit`" in why[act]
+        assert "only a run that came in by" in why[("awaiting_approval", "resumed", "act", ())]
+
+    def test_the_failure_policy_picks_the_commit_failure_row(self) -> None:
+        """`on_failure='fail'` ends the run at a failed staged call; 'retry' sends it back."""
+        from statemachine_agent.policy.commit import CommitPolicy
+
+        fails = ("commit", "committed", "failed", ("commit_failure_ends_run",))
+        retries = ("commit", "committed", "perceive", ("commit_failed",))
+        default = _keys(reachable_rows(Agent(ScriptedModel([]), [refund], stall=None)).reachable)
+        retry = CommitPolicy(on_failure="retry")
+        again = _keys(
+            reachable_rows(Agent(ScriptedModel([]), [refund], commit=retry, stall=None)).reachable
+        )
+        assert fails in default
+        assert retries not in default
+        assert retries in again
+        assert fails not in again
+
+    def test_a_plain_commit_cannot_pause(self) -> None:
+        """Staged writes that need no approval never pause the commit."""
+        reach = reachable_rows(Agent(ScriptedModel([]), [lookup, refund], stall=None))
+        why = {r.key: w for r, w in reach.unreachable.items()}
+        pause = ("commit", "committed", "awaiting_approval", ("approval_pending",))
+        assert why[pause].startswith("approval_pending: no staged call waits for approval")
