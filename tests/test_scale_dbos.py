@@ -162,6 +162,22 @@ class TestEmbedded:
         assert result.end_state == "completed"
         assert counts(ledger)["run_mail:toolu_mail"] == 1
 
+    def test_staged_calls_are_approved_as_one_batch(self, embedded: Path, ledger: Path) -> None:
+        """Two staged payments needing a person (issue 34): `commit` waits for a DBOS message
+        per call, both approved before it asks, and each is paid once."""
+
+        async def scenario() -> Any:
+            run_id = await dbos.start_run(agents.COMMIT_APPROVAL, "Pay.", run_id="run_cpay")
+            for call in ("toolu_pay5", "toolu_pay7"):
+                await dbos.send_decision(run_id, call, Approve())
+            return await dbos.get_result(run_id)
+
+        result = run(scenario())
+        assert result.end_state == "completed"
+        assert [t.dest for t in result.trail][-2:] == ["commit", "completed"]
+        assert counts(ledger) == Counter({"run_cpay:toolu_pay5": 1, "run_cpay:toolu_pay7": 1,
+                                          "Pay.#0": 1, "Pay.#1": 1})  # fmt: skip
+
     def test_approval_times_out_into_awaiting_approval(
         self, embedded: Path, ledger: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:

@@ -161,6 +161,19 @@ class TestTemporalRuns:
         assert result_from_plain(done["result"]).end_state == "completed"
         assert counts(shared.ledger, "run_approve") == {"run_approve:toolu_mail": 1}
 
+    def test_staged_calls_are_approved_as_one_batch(self, shared: Shared) -> None:
+        """Two staged payments needing a person (issue 34): the run waits in `commit` (visible
+        to a query), both are approved by signal, and each is paid once."""
+        calls = ("toolu_pay5", "toolu_pay7")
+        done = answer(shared.client("approve", "run_commit_ok", agents.COMMIT_APPROVAL, *calls))
+        assert done.get("waited") == ["toolu_pay5"], done
+        result = result_from_plain(done["result"])
+        assert result.end_state == "completed"
+        assert [t.dest for t in result.trail][-2:] == ["commit", "completed"]
+        assert counts(shared.ledger, "run_commit_ok") == Counter(
+            f"run_commit_ok:{c}" for c in calls
+        )
+
 
 class TestWorkerCrash:
     def test_killed_worker_run_is_finished_by_another(self, shared: Shared, tmp_path: Path) -> None:

@@ -42,6 +42,7 @@ APPROVAL = "scale-approval"
 FLAKY = "scale-flaky"
 FATAL = "scale-fatal"
 COMMIT = "scale-commit"
+COMMIT_APPROVAL = "scale-commit-approval"
 
 LEDGER_ENV = "SMA_SCALE_LEDGER"
 WORKER_ENV = "SMA_SCALE_WORKER"
@@ -259,6 +260,35 @@ def approval(effects: Effects) -> Agent:
     return Agent(
         LedgerModel(script), tools=[send_email], approval=policy, stall=None, effects=effects
     )
+
+
+def _engine_approval(effects: Effects) -> ApprovalPolicy | None:
+    """The engine's wait for a decision (a DBOS message, a Temporal signal), its timeout
+    read per call, so one worker serves tests with different ones."""
+    if not isinstance(effects, WaitsForApproval):
+        return None
+    waits = effects
+
+    def policy(call: ToolCall) -> Any:
+        return waits.approval(float(os.environ.get(APPROVAL_TIMEOUT_ENV) or 30))(call)
+
+    return policy
+
+
+@register_agent(COMMIT_APPROVAL)
+def commit_approval(effects: Effects) -> Agent:
+    """Two staged payments a person must approve: `commit` asks for both at once, waits
+    for the engine's decisions, then runs each once."""
+
+    @tool(side_effect=True, deferrable=True, requires_approval=True, sequential=True)
+    def pay(amount: int, idempotency_key: str) -> str:
+        """Pay an amount; staged during the loop, approved and run at commit."""
+        record("tool", idempotency_key)
+        return f"paid {amount}"
+
+    script = [commit_script()[1], replies.text(COMMIT_TEXT)]
+    return Agent(LedgerModel(script), tools=[pay], approval=_engine_approval(effects),
+                 stall=None, effects=effects)  # fmt: skip
 
 
 def _flaky(request: ModelRequest) -> dict[str, Any]:

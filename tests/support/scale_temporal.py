@@ -3,7 +3,7 @@
 Usage:
     python -m tests.support.scale_temporal worker ADDRESS QUEUE IDENTITY
     python -m tests.support.scale_temporal run ADDRESS QUEUE AGENT RUN_ID PROMPT
-    python -m tests.support.scale_temporal approve ADDRESS QUEUE RUN_ID
+    python -m tests.support.scale_temporal approve ADDRESS QUEUE RUN_ID [AGENT CALL_ID...]
     python -m tests.support.scale_temporal traced ADDRESS QUEUE AGENT RUN_ID PROMPT
 
 The Temporal SDK's Rust core keeps threads that can abort the interpreter at
@@ -91,11 +91,18 @@ async def traced(address: str, queue: str, agent: str, run_id: str, prompt: str)
     return {**answer, "trace_id": f"{context.trace_id:032x}", "span_id": f"{context.span_id:016x}"}
 
 
-async def approve(address: str, queue: str, run_id: str) -> dict[str, Any]:
-    """Start the approval agent, approve its e-mail once it waits, and return the result."""
+async def approve(
+    address: str,
+    queue: str,
+    run_id: str,
+    agent: str = agents.APPROVAL,
+    calls: tuple[str, ...] = ("toolu_mail",),
+) -> dict[str, Any]:
+    """Start `agent` (the e-mail approval agent by default), approve each of `calls` once
+    the run waits for a decision, and return the result and what it first waited for."""
     client = await connect(address)
     handle = await temporal.start_run(
-        client, agents.APPROVAL, "Mail the boss.", run_id=run_id, task_queue=queue
+        client, agent, "Mail the boss.", run_id=run_id, task_queue=queue
     )
     waited: list[str] = []
     for _ in range(200):
@@ -103,7 +110,8 @@ async def approve(address: str, queue: str, run_id: str) -> dict[str, Any]:
         if waited:
             break
         await asyncio.sleep(0.05)
-    await temporal.send_decision(client, run_id, "toolu_mail", Approve())
+    for call in calls:
+        await temporal.send_decision(client, run_id, call, Approve())
     result = await temporal.get_result(handle)
     return {"waited": waited, "result": result_to_plain(result)}
 
@@ -118,7 +126,9 @@ def main(argv: list[str]) -> None:
     elif mode == "traced":
         answer = asyncio.run(traced(address, queue, argv[3], argv[4], argv[5]))
     elif mode == "approve":
-        answer = asyncio.run(approve(address, queue, argv[3]))
+        calls = tuple(argv[5:]) or ("toolu_mail",)
+        agent = argv[4] if len(argv) > 4 else agents.APPROVAL
+        answer = asyncio.run(approve(address, queue, argv[3], agent, calls))
     else:
         raise SystemExit(f"unknown mode {mode!r}")
     print(json.dumps(answer), flush=True)
