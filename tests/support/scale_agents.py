@@ -245,20 +245,16 @@ def approval(effects: Effects) -> Agent:
         record("tool", idempotency_key)
         return f"sent to {to}"
 
-    policy: ApprovalPolicy | None = None
-    if isinstance(effects, WaitsForApproval):
-        waits = effects
-
-        def policy(call: ToolCall) -> Any:
-            """Read the timeout per call, so one worker serves tests with different ones."""
-            return waits.approval(float(os.environ.get(APPROVAL_TIMEOUT_ENV) or 30))(call)
-
     script = [
         replies.tool_use("send_email", {"to": "boss@example.com", "body": "hi"}, id="toolu_mail"),
         replies.text("Sent."),
     ]
     return Agent(
-        LedgerModel(script), tools=[send_email], approval=policy, stall=None, effects=effects
+        LedgerModel(script),
+        tools=[send_email],
+        approval=_engine_approval(effects),
+        stall=None,
+        effects=effects,
     )
 
 
