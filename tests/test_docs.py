@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from scripts import docgen
+from statemachine_agent.durable.registry import registered_agents, unregister_agent
 from statemachine_agent.machine import table
 from statemachine_agent.machine.ends import EXIT_CODES
 
@@ -89,10 +90,13 @@ def run_block(code: str, name: str) -> dict[str, Any]:
 
     The block runs as a module of its own, registered while it runs as an imported
     file is: pydantic and dataclasses look a class's module up to resolve its
-    annotations."""
+    annotations. Agents a block registers for the durable engines (docs/scaling.md's
+    `@register_agent`) are forgotten after it: a worker started by a later test builds
+    every registered agent, and the docs' ones need a real API key."""
     module = types.ModuleType(name)
     namespace: dict[str, Any] = module.__dict__
     sys.modules[name] = module
+    registered = set(registered_agents())
     try:
         exec(compile(code, name, "exec"), namespace)
         for key, value in list(namespace.items()):
@@ -100,6 +104,8 @@ def run_block(code: str, name: str) -> dict[str, Any]:
                 value()
     finally:
         del sys.modules[name]
+        for added in set(registered_agents()) - registered:
+            unregister_agent(added)
     return namespace
 
 
