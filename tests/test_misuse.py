@@ -19,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from statemachine_agent import Agent, Budget, ScriptedModel, tool
+from statemachine_agent.durable import ProgressModel
 from statemachine_agent.testing import FakeAnthropicServer, replies
 
 
@@ -72,6 +73,8 @@ MISUSES: list[tuple[str, Callable[[], object], type[Exception], str]] = [
     ("a bare string as a reply", lambda: ScriptedModel(["hello"]), TypeError,  # type: ignore[list-item]
      "replies[0]"),
     ("a dict that is no response", lambda: ScriptedModel([{"text": "hi"}]), ValueError,
+     "replies[0]"),
+    ("a progress script's bare string", lambda: ProgressModel(["hello"]), TypeError,  # type: ignore[list-item]
      "replies[0]"),
     ("a list given to server.add", _server_add_a_list, TypeError, "add(*answers)"),
     ("for over an async stream", _for_over_astream, TypeError, "async for"),

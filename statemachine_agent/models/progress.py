@@ -10,12 +10,19 @@ the same run, which is what a worker test or a demo on an engine needs.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable
 
 from statemachine_agent.models.base import DEFAULT_MODEL, ModelError, ModelReply, ModelRequest
+from statemachine_agent.models.scripted import (
+    ScriptEntry,
+    check_entry,
+    check_request,
+    handed_out,
+    reply_of,
+)
 
-ProgressEntry = Mapping[str, Any] | BaseException | Callable[[ModelRequest], Any]
+ProgressEntry = ScriptEntry
+"""A progress script's entry: the same kinds as `ScriptedModel`'s, checked the same way."""
 
 
 class ProgressModel:
@@ -37,6 +44,8 @@ class ProgressModel:
         self.name = name
         self.validate = validate
         self._script: list[ProgressEntry] = list(replies)
+        for index, entry in enumerate(self._script):
+            check_entry(index, entry)
 
     def __repr__(self) -> str:
         return f"<ProgressModel {self.name} {len(self._script)} replies>"
@@ -48,24 +57,12 @@ class ProgressModel:
 
     async def acomplete(self, request: ModelRequest) -> ModelReply:
         if self.validate:
-            from statemachine_agent.testing.validator import validate_request
-
-            problems = validate_request(request.to_api())
-            if problems:
-                raise ModelError(
-                    "invalid request: " + "; ".join(problems),
-                    status=400,
-                    error_type="invalid_request_error",
-                )
+            check_request(request)
         turn = self.progress(request)
         if turn >= len(self._script):
             raise ModelError(
                 f"the progress script has no reply for turn {turn} ({len(self._script)} replies)",
                 error_type="ScriptExhausted",
             )
-        entry = self._script[turn]
-        if callable(entry) and not isinstance(entry, BaseException):
-            entry = entry(request)
-        if isinstance(entry, BaseException):
-            raise entry
-        return ModelReply.from_api(entry, request_id=f"req_progress_{turn + 1}")
+        reply = reply_of(self._script[turn], request, request_id=f"req_progress_{turn + 1}")
+        return handed_out(reply)

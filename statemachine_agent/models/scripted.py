@@ -35,7 +35,7 @@ class ScriptedModel:
         self.validate = validate
         self._script: list[ScriptEntry] = list(replies)
         for index, entry in enumerate(self._script):
-            _check_entry(index, entry)
+            check_entry(index, entry)
         self._next = 0
         self.requests: list[ModelRequest] = []
         """Every request received, in order, for assertions."""
@@ -50,7 +50,7 @@ class ScriptedModel:
     def complete(self, request: ModelRequest) -> ModelReply:
         self.requests.append(request)
         if self.validate:
-            self._check(request)
+            check_request(request)
         if self._next >= len(self._script):
             raise ModelError(
                 f"the scripted model has no reply left ({len(self._script)} used)",
@@ -58,29 +58,41 @@ class ScriptedModel:
             )
         entry = self._script[self._next]
         self._next += 1
-        if callable(entry) and not isinstance(entry, BaseException):
-            entry = entry(request)
-        if isinstance(entry, BaseException):
-            raise entry
-        return ModelReply.from_api(entry, request_id=f"req_scripted_{self._next}")
+        return reply_of(entry, request, request_id=f"req_scripted_{self._next}")
 
     async def acomplete(self, request: ModelRequest) -> ModelReply:
-        reply = self.complete(request)
-        if listener() is not None:
-            _hand_out(reply)
-        return reply
+        return handed_out(self.complete(request))
 
-    @staticmethod
-    def _check(request: ModelRequest) -> None:
-        from statemachine_agent.testing.validator import validate_request
 
-        problems = validate_request(request.to_api())
-        if problems:
-            raise ModelError(
-                "invalid request: " + "; ".join(problems),
-                status=400,
-                error_type="invalid_request_error",
-            )
+def check_request(request: ModelRequest) -> None:
+    """Refuse a request the real API would refuse, as it would (a 400 `ModelError`)."""
+    from statemachine_agent.testing.validator import validate_request
+
+    problems = validate_request(request.to_api())
+    if problems:
+        raise ModelError(
+            "invalid request: " + "; ".join(problems),
+            status=400,
+            error_type="invalid_request_error",
+        )
+
+
+def reply_of(entry: ScriptEntry, request: ModelRequest, *, request_id: str) -> ModelReply:
+    """A script entry's reply to `request`: the response dict, what a function of the
+    request returns, or the exception it is (raised)."""
+    body: Any = (
+        entry(request) if callable(entry) and not isinstance(entry, BaseException) else entry
+    )
+    if isinstance(body, BaseException):
+        raise body
+    return ModelReply.from_api(body, request_id=request_id)
+
+
+def handed_out(reply: ModelReply) -> ModelReply:
+    """`reply`, after handing its pieces to whoever listens (a streamed run), if anyone."""
+    if listener() is not None:
+        _hand_out(reply)
+    return reply
 
 
 def _hand_out(reply: ModelReply) -> None:
@@ -102,7 +114,7 @@ def _hand_out(reply: ModelReply) -> None:
 _RESPONSE_KEYS = ("type", "role", "content", "stop_reason")
 
 
-def _check_entry(index: int, entry: object) -> None:
+def check_entry(index: int, entry: object) -> None:
     """A script entry checked when the script is given, not when the run reaches it:
     a Messages API response dict (`replies.text(...)`, `replies.tool_use(...)`), an
     exception to raise, or a function of the request."""
