@@ -473,3 +473,48 @@ class TestExample:
         finally:
             driver.quit()
             shutil.rmtree(profile, ignore_errors=True)
+
+
+HOSTILE_TEXTS = [
+    "<script>alert(1)</script>",
+    '"><img src=x onerror=alert(1)>',
+    "</style><style>body{display:none}</style>",
+    '<meta http-equiv="refresh" content="0;url=https://example.invalid">',
+    "<svg><foreignObject><div>forged</div></foreignObject></svg>",
+    "&lt;b&gt;entity&lt;/b&gt; \ud800 lone surrogate",
+]
+"""What a model's answer, a case's prompt and expected value, or a dataset's name (from a
+JSONL file, or cases built from audit files) may hold."""
+
+
+def _tags(page: str) -> list[str]:
+    from html.parser import HTMLParser
+
+    found: list[str] = []
+
+    class Tags(HTMLParser):
+        def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+            found.append(tag)
+            assert not any(name.startswith("on") or name == "style" for name, _ in attrs), attrs
+
+    Tags().feed(page)
+    return found
+
+
+class TestHostileText:
+    @pytest.mark.parametrize("text", HOSTILE_TEXTS)
+    def test_the_html_report_shows_it_as_text(self, text: str) -> None:
+        """A hostile answer, prompt, expected value and dataset name add no element to the
+        page: it has exactly the tags the same report of plain text has."""
+        from statemachine_agent import Agent, ScriptedModel
+        from statemachine_agent.evals import Variant, evaluate
+        from statemachine_agent.evals.html import render
+
+        def page(said: str) -> str:
+            dataset = Dataset([Case("c1", said, expected=said)], name=said)
+            agent = Agent(ScriptedModel([replies.text(said)]))
+            return render(evaluate(dataset, [Variant("v", agent)], [answer_match()]))
+
+        plain, hostile = page("plain words"), page(text)
+        assert _tags(hostile) == _tags(plain)
+        assert "<script>" not in hostile
