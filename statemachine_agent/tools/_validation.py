@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import jsonschema
@@ -31,7 +32,23 @@ _MAX_ERROR_DETAIL_CHARS = 300
 """One validation error may quote a huge input; keep each short so the schema stays visible."""
 
 
-def input_validator(tool: Tool) -> jsonschema.Draft202012Validator:
+@dataclass(frozen=True)
+class InputValidator:
+    """A tool's input validator: jsonschema's, and a quick verdict compiled from the schema.
+
+    jsonschema walks the schema keyword by keyword (~70 function calls for a one-property
+    schema), on every call of the tool. Most tool schemas use a handful of keywords, so
+    they are compiled once into a predicate (`_compile`) that says "fits" only where
+    jsonschema would find no error; an input it does not vouch for, and a schema it does
+    not cover, go to jsonschema, which words the errors.
+    """
+
+    full: jsonschema.Draft202012Validator
+    fits: Callable[[Any], bool] | None
+    """True only for an input jsonschema accepts; None when the schema is not covered."""
+
+
+def input_validator(tool: Tool) -> InputValidator:
     """The validator of a tool's input, once its name and schema are checked: a bad
     name or a broken schema fails here (`ValueError`), not mid-run."""
     if not TOOL_NAME_PATTERN.fullmatch(tool.name):
@@ -44,13 +61,13 @@ def input_validator(tool: Tool) -> jsonschema.Draft202012Validator:
     problem = _pattern_problem(schema)
     if problem is not None:
         raise ValueError(f"Tool {tool.name!r} has an unsupported input_schema: {problem}")
-    return _LinearValidator(schema)
+    return InputValidator(_LinearValidator(schema), _compile_schema(schema))
 
 
-def input_problem(
-    found: Tool, validator: jsonschema.Draft202012Validator, given: Any
-) -> str | None:
+def input_problem(found: Tool, validator: InputValidator, given: Any) -> str | None:
     """Why the input does not fit the schema, worded for the model; None if it fits."""
+    if validator.fits is not None and type(given) is dict and validator.fits(given):
+        return None
     if not isinstance(given, Mapping):
         schema_text = json.dumps(dict(found.input_schema), ensure_ascii=False)
         return (
@@ -58,7 +75,7 @@ def input_problem(
             f"got {_json_type(given)}.\nExpected input schema: {schema_text}"
         )
     errors = sorted(
-        validator.iter_errors(dict(given)),
+        validator.full.iter_errors(dict(given)),
         key=lambda err: (list(map(str, err.absolute_path)), err.message),
     )
     if not errors:
@@ -143,6 +160,131 @@ _LinearValidator: type[jsonschema.Draft202012Validator] = jsonschema.validators.
     },
 )
 """Draft 2020-12 with every regular expression matched in linear time (RE2)."""
+
+_ANNOTATIONS = frozenset(
+    {"title", "description", "default", "examples", "$comment", "deprecated", "readOnly",
+     "writeOnly", "format"}
+)  # fmt: skip
+"""Keywords that never fail an input (`format` is an annotation here: see the module)."""
+
+_COVERED = _ANNOTATIONS | {
+    "type", "properties", "required", "additionalProperties", "items", "anyOf", "enum"
+}  # fmt: skip
+"""The keywords `_compile_schema` covers."""
+
+_TYPES: Mapping[str, tuple[type, ...]] = {
+    "null": (type(None),),
+    "boolean": (bool,),
+    "integer": (int,),
+    "number": (int, float),
+    "string": (str,),
+    "array": (list,),
+    "object": (dict,),
+}
+"""The exact Python types the quick check accepts for a JSON type. Narrower than
+jsonschema's (an `int` subclass, a `Decimal`): what it does not accept goes to jsonschema."""
+
+
+def _compile_schema(schema: Any) -> Callable[[Any], bool] | None:
+    """A predicate true only for inputs the schema accepts, or None if the schema uses
+    more than `type`, `properties`, `required`, `additionalProperties`, `items`, `anyOf`,
+    an `enum` of strings and annotations (then jsonschema alone decides)."""
+    if schema is True or schema == {}:
+        return _anything
+    if not isinstance(schema, dict):
+        return None
+    if not schema.keys() <= _COVERED:
+        return None
+    named = schema.get("type")
+    names = [named] if isinstance(named, str) else named
+    if names is not None and (
+        not isinstance(names, list) or not all(isinstance(n, str) and n in _TYPES for n in names)
+    ):
+        return None
+    exact = None if names is None else frozenset(t for n in names for t in _TYPES[n])
+    integral = names is not None and "integer" in names and "number" not in names
+    parts: list[Callable[[Any], bool]] = []
+    if "enum" in schema:
+        enum = schema["enum"]
+        if not isinstance(enum, list) or not all(isinstance(each, str) for each in enum):
+            return None
+        choices = frozenset(enum)
+        parts.append(lambda value: type(value) is str and value in choices)
+    if "anyOf" in schema:
+        branches = [_compile_schema(branch) for branch in schema["anyOf"]]
+        if not branches or any(branch is None for branch in branches):
+            return None
+        options = [branch for branch in branches if branch is not None]
+        parts.append(lambda value: any(branch(value) for branch in options))
+    if "items" in schema:
+        item = _compile_schema(schema["items"])
+        if item is None:
+            return None
+        parts.append(
+            lambda value: (
+                not isinstance(value, list) or (type(value) is list and all(map(item, value)))
+            )
+        )
+    shaped = _object_check(schema)
+    if shaped is None:
+        return None
+    if shaped is not _anything:
+        parts.append(shaped)
+
+    def fits(value: Any) -> bool:
+        kind = type(value)
+        # jsonschema's integer also takes a float with no fractional part
+        if (
+            exact is not None
+            and kind not in exact
+            and not (integral and kind is float and value.is_integer())
+        ):
+            return False
+        return all(part(value) for part in parts)
+
+    return fits
+
+
+def _object_check(schema: Mapping[str, Any]) -> Callable[[Any], bool] | None:
+    """The object keywords' predicate (what is not a dict passes them, as in jsonschema)."""
+    properties = schema.get("properties", {})
+    required = schema.get("required", [])
+    extra = schema.get("additionalProperties", True)
+    if not properties and not required and extra is True:
+        return _anything
+    if not isinstance(properties, dict) or not isinstance(required, list):
+        return None
+    checks: dict[str, Callable[[Any], bool]] = {}
+    for name, subschema in properties.items():
+        check = _compile_schema(subschema)
+        if check is None:
+            return None
+        checks[name] = check
+    other = None if extra is False else _compile_schema(extra)
+    if extra is not False and other is None:
+        return None
+    needed = tuple(required)
+
+    def shaped(value: Any) -> bool:
+        if not isinstance(value, dict):
+            return True
+        if type(value) is not dict:
+            return False  # a subclass may read differently: jsonschema decides
+        for key in needed:
+            if key not in value:
+                return False
+        for key, item in value.items():
+            check = checks.get(key, other)
+            if check is None or not check(item):
+                return False
+        return True
+
+    return shaped
+
+
+def _anything(value: Any) -> bool:
+    return True
+
 
 _NOT_SCHEMAS = frozenset({"const", "enum", "default", "examples"})
 """Keywords whose values are data, not schemas: a "pattern" inside them is not one."""

@@ -27,8 +27,6 @@ import unicodedata
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-import jsonschema
-
 from statemachine_agent.errors import Error
 
 from ._execution import (
@@ -41,7 +39,7 @@ from ._execution import (
     render,
     run_handler,
 )
-from ._validation import input_problem, input_validator
+from ._validation import InputValidator, input_problem, input_validator
 from .base import IDEMPOTENCY_PARAM, JSON, ErrorKind, Tool, ToolCall, ToolContent, ToolOutcome
 from .scope import call_context, context_parameter
 from .threads import DaemonWorkers
@@ -87,7 +85,7 @@ class ToolRegistry:
             raise ValueError(f"max_result_chars must be positive, got {max_result_chars}")
         self.max_result_chars = max_result_chars
         self._tools: dict[str, Tool] = {}
-        self._validators: dict[str, jsonschema.Draft202012Validator] = {}
+        self._validators: dict[str, InputValidator] = {}
         self._workers = DaemonWorkers()
         self._keyed: set[str] = set()
         """Tools whose handler takes the idempotency key (decided once, at registration)."""
