@@ -274,7 +274,37 @@ def growth(series: list[list[float]]) -> dict[str, Any]:
     }
 
 
+def short_only() -> None:
+    """`python -m benchmarks.real_sdk --short`: only the short-run cases, printed, not
+    written (seconds instead of minutes, for working on the sync path)."""
+    proc, base_url = start_server()
+    clock = Clock()
+    try:
+        with asyncio.Runner() as runner:
+            plain = engine_agent(base_url, clock)
+            built = {
+                "short_bare_sync": bare_sync(base_url, 0, clock, "short_bare_sync"),
+                "short_engine_sync": engine_sync(plain, 0, clock, "short_engine_sync"),
+                "short_bare_async": bare_async(runner, base_url, 0, clock, "short_bare_async"),
+                "short_engine_async": engine_async(runner, plain, 0, clock, "short_engine_async"),
+            }
+            stats = common.interleave(built, dict.fromkeys(built, 1e6), min_seconds=0.2)
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        proc.wait(timeout=30)
+    for kind in ("sync", "async"):
+        engine, bare = stats[f"short_engine_{kind}"], stats[f"short_bare_{kind}"]
+        print(
+            f"short {kind}: engine {common.fmt_range(engine)} vs bare "
+            f"{common.fmt_range(bare)} us per run: {common.ratio(engine, bare):.2f}x"
+        )
+
+
 def main() -> None:
+    if sys.argv[1:] == ["--short"]:
+        short_only()
+        return
     proc, base_url = start_server()
     clock = Clock()
     try:

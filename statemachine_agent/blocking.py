@@ -218,6 +218,14 @@ def _kept_task_factory(kept: weakref.WeakSet[asyncio.Task[Any]]) -> Any:
     return factory
 
 
+def serving_blocking_call() -> bool:
+    """Whether the running loop is this thread's kept loop: a sync call (`Agent.run`) is
+    being served, and its caller waits on it. A model may then make its HTTP call with
+    the SDK's sync client on a worker thread (see `AnthropicModel.acomplete`)."""
+    holder: _ThreadLoop | None = getattr(_local, "loop", None)
+    return holder is not None and holder.owns(asyncio.get_running_loop())
+
+
 def thread_loop() -> asyncio.AbstractEventLoop | None:
     """This thread's kept loop, if a sync call made one (for tests and diagnostics)."""
     holder: _ThreadLoop | None = getattr(_local, "loop", None)

@@ -20,7 +20,7 @@ from typing import Any
 import anthropic
 import pytest
 
-from statemachine_agent import Agent, AnthropicModel, calculate
+from statemachine_agent import Agent, AnthropicModel, CancelToken, calculate
 from statemachine_agent.blocking import run_blocking, thread_loop
 from statemachine_agent.testing import FakeAnthropicServer, replies
 
@@ -34,17 +34,21 @@ def server() -> Iterator[FakeAnthropicServer]:
 
 
 class CountingClients:
-    """Counts the async SDK clients made (any subclass too), by wrapping the SDK's __init__."""
+    """Counts the SDK clients made, sync and async (any subclass too), by wrapping the
+    SDK's __init__s: a blocking run calls through the sync client, an awaited one
+    through the async client of its loop."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.made = 0
-        real = anthropic.AsyncAnthropic.__init__
+        for cls in (anthropic.Anthropic, anthropic.AsyncAnthropic):
+            monkeypatch.setattr(cls, "__init__", self._counting(cls.__init__))
 
-        def counted(client: anthropic.AsyncAnthropic, *args: Any, **options: Any) -> None:
+    def _counting(self, real: Any) -> Any:
+        def counted(client: Any, *args: Any, **options: Any) -> None:
             self.made += 1
             real(client, *args, **options)
 
-        monkeypatch.setattr(anthropic.AsyncAnthropic, "__init__", counted)
+        return counted
 
 
 def test_ten_sync_runs_share_one_client_and_one_connection(
@@ -186,3 +190,50 @@ def test_context_variables_set_by_one_call_do_not_reach_the_next() -> None:
     assert run_blocking(set_and_read()) == "unset"
     marker.set("the caller's")
     assert run_blocking(set_and_read()) == "the caller's"
+
+
+def test_a_blocking_run_cancelled_in_its_model_call_ends_without_waiting_for_the_reply(
+    server: FakeAnthropicServer,
+) -> None:
+    """The sync client's call is on a worker thread: cancelling abandons it at once, and
+    the agent's next run is answered (the abandoned call's connection is not reused
+    while it is busy)."""
+    arrived, release = threading.Event(), threading.Event()
+
+    def held(body: Any) -> Any:
+        arrived.set()
+        release.wait(60)
+        return replies.text("too late")
+
+    server.add(held)
+    agent = Agent(AnthropicModel(api_key=API_KEY, base_url=server.base_url))
+    token = CancelToken()
+
+    def cancel_once_asked() -> None:
+        arrived.wait(60)
+        token.cancel()
+
+    canceller = threading.Thread(target=cancel_once_asked)
+    canceller.start()
+    try:
+        result = agent.run("q", cancel=token)
+    finally:
+        release.set()
+        canceller.join()
+    assert result.end_state == "cancelled"
+    server.add(replies.text("next"))
+    assert agent.run("q").text == "next"
+
+
+def test_an_async_client_given_serves_blocking_runs_too(
+    server: FakeAnthropicServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`async_client=` is the host's choice: no sync client is made for a blocking run."""
+    counting = CountingClients(monkeypatch)
+    given = anthropic.AsyncAnthropic(api_key=API_KEY, base_url=server.base_url)
+    agent = Agent(AnthropicModel(async_client=given))
+    for k in range(3):
+        server.add(replies.text(f"answer {k}"))
+        assert agent.run("q").text == f"answer {k}"
+    assert counting.made == 1
+    assert server.connections == 1
