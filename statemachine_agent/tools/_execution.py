@@ -28,6 +28,9 @@ from .threads import DaemonWorkers
 EMPTY_RESULT = "(empty result)"
 """Said instead of nothing, so the model knows the tool ran and found nothing."""
 
+_ATOMIC = frozenset({str, int, float, bool, type(None)})
+"""Values that cannot change: an input made of only these needs no deep copy."""
+
 _CANCEL_GRACE_S = 1.0
 """How long a timed-out async handler gets to honour its cancellation (at most its
 own timeout) before its task is abandoned."""
@@ -67,7 +70,9 @@ async def run_handler(
     checkpoint and the audit trail recorded. Its own task is what lets a
     handler that ignores cancellation be abandoned instead of holding the run.
     """
-    kwargs = copy.deepcopy(dict(call.input))
+    kwargs = dict(call.input)
+    if not all(type(value) in _ATOMIC for value in kwargs.values()):
+        kwargs = copy.deepcopy(kwargs)  # a shallow copy is already a deep one otherwise
     kwargs.update(extras)
     task = asyncio.ensure_future(_guarded(found.handler, kwargs, workers))
     task.add_done_callback(_retrieve)

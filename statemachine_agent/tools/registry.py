@@ -150,6 +150,8 @@ class ToolRegistry:
         that failed is listed again only after a backoff (`_RETRY_FIRST` seconds,
         doubling), not before every model call of every run.
         """
+        if not self._toolsets:  # asked before every model call: skip the gathering
+            return []
         found = await asyncio.gather(*(self._refresh_one(t, within) for t in self.toolsets))
         return [problem for problems in found for problem in problems]
 
@@ -305,6 +307,11 @@ class ToolRegistry:
             return outcome
 
         async def flush() -> None:
+            if len(batch) <= 1:  # nothing to run beside it: no task and gathering future
+                for index in batch:
+                    outcomes[index] = await one(calls[index])
+                batch.clear()
+                return
             results = await asyncio.gather(*(one(calls[i]) for i in batch))
             for i, outcome in zip(batch, results, strict=True):
                 outcomes[i] = outcome
