@@ -29,23 +29,56 @@ class SizeCache:
     Measuring the whole history before every call would make a long run
     quadratic. Messages are only ever appended, or changed in place at the end
     (a continued reply, a notice) or by compaction, which says where it began;
-    so only the last known message and the new ones are measured again.
+    so only the last known message and the new ones are measured again, and the
+    total is kept rather than summed. A history the run starts with (a resumed
+    conversation's) is measured in one pass, as a block: only compaction inside
+    it makes its messages be measured one by one.
     """
 
     def __init__(self) -> None:
+        self._block = 0
+        """How many messages at the start were measured together, as one block."""
+        self._block_chars = 0
         self._sizes: list[int] = []
+        """Each later message's size."""
+        self._total = 0
 
     def estimate(self, messages: Sequence[JSON]) -> int:
         """Roughly how many tokens the messages take (characters / 4)."""
-        keep = max(min(len(self._sizes), len(messages)) - 1, 0)
-        del self._sizes[keep:]
+        known = self._block + len(self._sizes)
+        keep = max(min(known, len(messages)) - 1, 0)
+        if keep < self._block:
+            self.forget_from(0)
+            keep = known = 0
+        if not known and len(messages) > 2:
+            # A list encodes as its items joined by ", " within "[]".
+            self._block = len(messages) - 1
+            self._block_chars = len(_ENCODE(messages[: self._block])) - 2 * self._block
+            self._total = self._block_chars
+            keep = self._block
+        self._drop(keep - self._block)
         for message in messages[keep:]:
-            self._sizes.append(len(json.dumps(message, ensure_ascii=False, default=str)))
-        return sum(self._sizes) // CHARS_PER_TOKEN
+            size = len(_ENCODE(message))
+            self._sizes.append(size)
+            self._total += size
+        return self._total // CHARS_PER_TOKEN
 
     def forget_from(self, index: int) -> None:
         """Messages from `index` on were rewritten: measure them again next time."""
-        del self._sizes[index:]
+        if index < self._block:
+            self._block = self._block_chars = self._total = 0
+            self._sizes.clear()
+            return
+        self._drop(index - self._block)
+
+    def _drop(self, start: int) -> None:
+        if start < len(self._sizes):
+            self._total -= sum(self._sizes[start:])
+            del self._sizes[start:]
+
+
+_ENCODE = json.JSONEncoder(ensure_ascii=False, default=str).encode
+"""`json.dumps(..., ensure_ascii=False, default=str)` without a new encoder each time."""
 
 
 def _result_blocks(messages: Sequence[JSON]) -> list[tuple[int, JSON]]:
