@@ -171,8 +171,10 @@ class ReplayEffects:
             _tool_outcomes(part.events) for part in progress.parts
         ]
         self._children = [_recorded_children(part.events) for part in progress.parts]
-        self._fired = [e for e in events if e["event"] == "transition.fired"]
-        self._clock = [0.0] + [float(e.get("elapsed_s", 0.0)) for e in self._fired]
+        self._fired: dict[int, Mapping[str, Any]] = {}
+        """The transitions recorded so far by number, as of the segment being replayed:
+        a later segment's re-done transition (a crash re-does what was carried since
+        the last checkpoint) replaces the dead process's one of the same number."""
         self._seq = 0
         self._starting = True
         self.divergence: str | None = None
@@ -180,8 +182,19 @@ class ReplayEffects:
     def begin(self, start_seq: int) -> None:
         """A segment starts after transition `start_seq`: the clock carries on from there
         (its first reading, when the run starts, is that transition's)."""
+        for event in self._progress.current.events:
+            if event["event"] == "transition.fired":
+                self._fired[int(event["seq"])] = event
         self._seq = start_seq
         self._starting = True
+
+    def _clock(self, seq: int) -> float:
+        """The recorded elapsed time at transition `seq` (the last one recorded, past the
+        end of the record)."""
+        if not self._fired:
+            return 0.0
+        event = self._fired.get(seq) or self._fired[max(self._fired)]
+        return float(event.get("elapsed_s", 0.0)) if seq > 0 else 0.0
 
     def write(self, event: Mapping[str, Any]) -> None:
         """Follow the replay's transitions; stop a dead process's segment at one it never
@@ -234,13 +247,13 @@ class ReplayEffects:
         replay's cancel token is cancelled."""
         if self._starting:
             self._starting = False
-            return self._clock[min(self._seq, len(self._clock) - 1)]
+            return self._clock(self._seq)
         upcoming = self._seq + 1
-        if upcoming <= min(len(self._fired), self._progress.current.last_seq):
-            guards = self._fired[upcoming - 1].get("guards") or {}
+        if upcoming in self._fired and upcoming <= self._progress.current.last_seq:
+            guards = self._fired[upcoming].get("guards") or {}
             if guards.get("cancel_requested"):
                 self._progress.token.cancel()
-        return self._clock[min(upcoming, len(self._clock) - 1)]
+        return self._clock(upcoming)
 
 
 def _recorded_children(events: Sequence[Mapping[str, Any]]) -> dict[str, SubRun]:

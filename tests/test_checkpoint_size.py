@@ -108,7 +108,7 @@ class TestCheckpointSize:
         result, store = long_run(target, results)
         (summary,) = (s for s in store.runs() if s.run_id == RUN_IDS[results])
         transcript = transcript_bytes(result.messages)
-        assert summary.checkpoints > 4 * STEPS
+        assert summary.checkpoints >= 2 * STEPS  # the reply and the outcome, each iteration
         assert summary.bytes == stored_bytes(store, summary.run_id)
         assert summary.bytes <= 2 * transcript, summary.bytes / transcript
         record = load_record(store, summary.run_id)

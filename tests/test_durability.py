@@ -153,7 +153,9 @@ class TestSQLiteStore:
         (summary,) = store.runs()
         final = len(json.dumps(record_to_plain(load_record(store, "long"))))
         assert summary.bytes < 2 * final, (summary.bytes, final)
-        assert summary.checkpoints >= 4 * steps
+        # Two writes a tool iteration (the reply, the outcome); the cheap transitions
+        # between them are carried in the next write.
+        assert 2 * steps <= summary.checkpoints <= 2 * steps + 3
 
 
 def _budget(n: int) -> Any:

@@ -14,6 +14,7 @@ import pytest
 from statemachine_agent import Agent, Audit, RunResult, ScriptedModel, StallPolicy, tool
 from statemachine_agent.agent._fork import ForkPointError
 from statemachine_agent.cli import main
+from statemachine_agent.machine.engine import CARRIED
 from statemachine_agent.models.anthropic import AnthropicModel
 from statemachine_agent.persistence.sqlite import SQLiteCheckpointer
 from statemachine_agent.replay import replay
@@ -56,7 +57,19 @@ def test_a_fork_at_every_transition_starts_there_and_leaves_the_original_alone(
             continue
         made += 1
         (fork,) = list(store.bodies(str(fork_id)))
-        assert fork["state_name"] == step.dest
+        # A written transition's fork starts in the state it entered; a carried one's
+        # (out of perceive, observe or act) from the last write before it.
+        assert fork["seq"] <= step.seq
+        if fork["seq"] == step.seq:
+            assert fork["state_name"] == step.dest
+        else:
+            assert step.source in CARRIED
+            entered = original.trail[fork["seq"] - 1].dest if fork["seq"] else "perceive"
+            assert fork["state_name"] == entered
+            resumed = agent.resume(str(fork_id))
+            assert [t.key for t in resumed.trail[: step.seq]] == [
+                t.key for t in original.trail[: step.seq]
+            ]
     assert made
     assert refused
     assert [dict(b) for b in store.bodies("orig")] == bodies

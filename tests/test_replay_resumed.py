@@ -141,3 +141,54 @@ def test_a_cut_off_run_is_not_replayed_as_if_it_ended(tmp_path: Path) -> None:
     result.audit_path.write_text("".join(lines[:6]), encoding="utf-8")
     with pytest.raises(ValueError, match="never reached an end state"):
         replay(result.audit_path)
+
+
+class _Died(BaseException):
+    """Stands for the process dying: no phase or engine handler catches it."""
+
+
+def test_a_crash_after_carried_transitions_replays(tmp_path: Path) -> None:
+    """A process dies in its second model call: the audit file holds the transitions
+    carried since the last checkpoint (observe -> perceive -> reason, flushed before
+    the call), the store does not. The resume re-does them with the same numbers; the
+    replay reads the dead segment up to where the resume took over, and matches."""
+    from statemachine_agent.persistence.sqlite import SQLiteCheckpointer
+
+    @tool
+    def count(n: int) -> str:
+        """Count."""
+        return f"counted {n}"
+
+    script = [replies.tool_use("count", {"n": 1}, id="t1"), replies.text("One.")]
+
+    class DiesOnSecondCall:
+        name = "claude-sonnet-5"
+
+        def __init__(self) -> None:
+            self.calls = 0
+
+        async def acomplete(self, request: ModelRequest) -> ModelReply:
+            self.calls += 1
+            if self.calls == 2:
+                raise _Died
+            return ModelReply.from_api(script[0])
+
+    store = tmp_path / "runs.sqlite3"
+    dying = Agent(DiesOnSecondCall(), tools=[count], checkpointer=SQLiteCheckpointer(store),
+                  audit=tmp_path / "audit")  # fmt: skip
+    with pytest.raises(_Died):
+        dying.run("Count.", run_id="r")
+    path = tmp_path / "audit" / "r.jsonl"
+    fired = [e["seq"] for e in read_events(path) if e["event"] == "transition.fired"]
+    stored = SQLiteCheckpointer(store)
+    last_write = max(int(b["seq"]) for b in stored.bodies("r"))
+    assert max(fired) > last_write  # carried transitions are in the file, not the store
+    survivor = Agent(ScriptedModel([script[1]]), tools=[count], checkpointer=stored,
+                     audit=tmp_path / "audit")  # fmt: skip
+    done = survivor.resume("r")
+    assert done.end_state == "completed"
+    assert [t.seq for t in done.trail] == list(range(1, len(done.trail) + 1))
+    assert_replays(path, "completed", done.messages)
+    # The clock readings played back are the resumed process's, not the dead one's
+    # readings of the same transition numbers (time limits trip where they did).
+    assert [t.elapsed_s for t in replay(path).result.trail] == [t.elapsed_s for t in done.trail]

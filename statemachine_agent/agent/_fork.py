@@ -1,10 +1,14 @@
 """Forking a recorded run (`Agent.fork`): a new run whose history is the original's up
 to one of its transitions, stored (and its audit file begun) so that `resume` drives it.
 
-The fork is rebuilt from the original's checkpoints: the first checkpoint written
-after transition `at` holds the record as that transition left it (the state it
-entered, before that state's phase ran). Nothing of the original is written: its
-store rows and audit file stay byte for byte as they were.
+The fork is rebuilt from the original's checkpoints. A transition the engine wrote
+has a checkpoint right after it: the record as that transition left it (the state it
+entered, before that state's phase ran). A transition the engine carried (out of
+perceive, observe or act, whose work the record alone determines) has none: the fork
+starts from the last checkpoint before it and re-does the carried transitions up to
+`at`, as a resume after a crash there would, but under the fork's own settings.
+Nothing of the original is written: its store rows and audit file stay byte for byte
+as they were.
 """
 
 from __future__ import annotations
@@ -36,11 +40,11 @@ from statemachine_agent.private_files import make_private_dirs, open_private
 class ForkPointError(Error, ValueError):
     """The transition named cannot start a fork: out of range, entering `act` (between
     a tool's call and its recorded result), entering an end state no resume leaves,
-    without a checkpoint of its own, or `prompt=` where the last user message holds
+    or `prompt=` where the last user message holds
     tool results. The message names the nearest transitions that can; no run is made."""
 
 
-def _allowed(trail: Sequence[Mapping[str, Any]], seq: int, stored: set[int]) -> str | None:
+def _allowed(trail: Sequence[Mapping[str, Any]], seq: int) -> str | None:
     """Why transition `seq` cannot start a fork (None: it can)."""
     if seq < 1 or seq > len(trail):
         return f"the run has transitions 1 to {len(trail)}"
@@ -49,13 +53,11 @@ def _allowed(trail: Sequence[Mapping[str, Any]], seq: int, stored: set[int]) -> 
         return "it enters act, between the tools' calls and their recorded results"
     if dest in END_STATES and dest not in RESUMABLE_STATES:
         return f"it enters {dest}, an end state no resume leaves"
-    if seq not in stored:
-        return "no checkpoint was written right after it"
     return None
 
 
-def _nearest(trail: Sequence[Mapping[str, Any]], seq: int, stored: set[int]) -> list[int]:
-    ok = [s for s in range(1, len(trail) + 1) if _allowed(trail, s, stored) is None]
+def _nearest(trail: Sequence[Mapping[str, Any]], seq: int) -> list[int]:
+    ok = [s for s in range(1, len(trail) + 1) if _allowed(trail, s) is None]
     below = [s for s in ok if s < seq][-1:]
     above = [s for s in ok if s > seq][:1]
     return below + above
@@ -64,7 +66,9 @@ def _nearest(trail: Sequence[Mapping[str, Any]], seq: int, stored: set[int]) -> 
 def forked_record(
     store: Checkpointer, run_id: str, at: int, new_id: str, prompt: str | None
 ) -> RunRecord:
-    """The fork's record: the original's as transition `at` left it, renamed."""
+    """The fork's record: the original's as transition `at` left it, or as the last
+    checkpoint before it left it when `at` was carried (see the module's docstring),
+    renamed."""
     if isinstance(at, bool) or not isinstance(at, int):
         raise TypeError(f"fork: at must be a transition number (int), not {at!r}")
     bodies = list(store.bodies(run_id))
@@ -72,15 +76,12 @@ def forked_record(
         raise RunNotFoundError(f"no checkpoints for run {run_id!r}")
     whole = load_record(store, run_id)
     trail = [step.to_dict() for step in whole.trail]
-    first: dict[int, int] = {}
-    for index, body in enumerate(bodies):
-        first.setdefault(int(body["seq"]), index)
-    why = _allowed(trail, at, set(first))
+    why = _allowed(trail, at)
     if why is not None:
-        near = _nearest(trail, at, set(first))
+        near = _nearest(trail, at)
         allowed = f"the nearest that can: {', '.join(map(str, near))}" if near else "none can"
         raise ForkPointError(f"cannot fork run {run_id!r} at transition {at}: {why} ({allowed})")
-    plain = fold(bodies[: first[at] + 1])
+    plain = fold(bodies[: _base(bodies, at) + 1])
     assert plain is not None
     record = record_from_plain(plain)
     if prompt is not None:
@@ -90,6 +91,15 @@ def forked_record(
     record.audit_path = None
     record.parent = None
     return record
+
+
+def _base(bodies: Sequence[Mapping[str, Any]], at: int) -> int:
+    """The index of the checkpoint a fork at `at` starts from: the first written right
+    after transition `at`, else (a carried transition) the last written before it."""
+    seqs = [int(body["seq"]) for body in bodies]
+    if at in seqs:
+        return seqs.index(at)
+    return max(index for index, seq in enumerate(seqs) if seq < at)
 
 
 def replace_prompt(record: RunRecord, prompt: str, run_id: str, at: int) -> None:
@@ -160,7 +170,7 @@ def _begin_audit(
         return
     cipher = getattr(source.checkpointer, "cipher", None)
     if original is not None and original.exists():
-        _copy_until(original, mine, at, cipher)
+        _copy_until(original, mine, record.seq, cipher, step_done=record.seq != at)
     sink = JsonlSink(mine, audit_key=target.audit.audit_key, cipher=cipher)
     try:
         emitter = Emitter(record.run_id, sinks=[sink], redactor=target.redactor,
@@ -175,13 +185,25 @@ def _begin_audit(
     record.audit_path = mine
 
 
-def _copy_until(original: Path, mine: Path, at: int, cipher: Any) -> None:
-    """The original's lines through its `transition.fired` of `at`, bytes unchanged."""
+def _copy_until(original: Path, mine: Path, seq: int, cipher: Any, *, step_done: bool) -> None:
+    """The original's lines through its `transition.fired` of `seq`, bytes unchanged;
+    with `step_done` (the fork starts from the last checkpoint before a carried
+    transition) also the events of the phase that followed, up to the next transition.
+
+    The last `transition.fired` of `seq` is the one the store kept: a crash re-does
+    carried transitions, so an earlier process may have written the same number.
+    """
     last_line = 0
+    found = seq == 0  # the run's first checkpoint comes before any transition
     for number, event in iter_numbered(original, cipher):
-        if event.get("event") == "transition.fired" and event.get("seq") == at:
+        fired = event.get("event") == "transition.fired"
+        if fired and event.get("seq") == seq:
+            last_line, found = number, True
+        elif fired and found and step_done:
+            if int(event.get("seq") or 0) > seq:
+                found = False  # the phase's events end here
+        elif found and step_done and not fired:
             last_line = number
-            break
     if not last_line:
         return
     with original.open("rb") as handle:

@@ -82,6 +82,18 @@ PHASES: Mapping[str, Phase] = {
     "commit": Commit(),
 }
 
+CARRIED: frozenset[str] = frozenset(
+    name for name, phase in PHASES.items() if getattr(phase, "carried_exit", False)
+)
+"""Working states whose way out is not checkpointed on its own but carried in the
+run's next write: their phases do work the record alone determines (perceive builds
+a request, observe files results) or have written what they did as they went (act
+checkpoints each outcome). A crash after such a transition resumes at the last write
+and re-does the transitions since, never a recorded model call or tool effect
+(docs/durability.md, "What a crash re-does"). A transition into an end state is
+always written.
+"""
+
 
 class _Condition:
     """A guard as `transitions` calls it, noting its verdict for the audit trail."""
@@ -185,7 +197,9 @@ class Engine:
             run.cancelled_at = None  # the resumed row has read it
         ctx.entered_by = fired[0]
         ctx.emitter.emit("transition.fired", **record.to_dict())
-        ctx.checkpoint()
+        if source not in CARRIED or run.state in END_STATES or ctx.outside_input:
+            ctx.outside_input = False
+            ctx.checkpoint()
         return record
 
     async def drive(

@@ -88,6 +88,10 @@ class PhaseEnv:
     mailbox: Mailbox | None = None
     """Where messages steered into this run wait (the store's queue, or the agent's
     own without a store); `perceive` reads it (see `persistence/steering.py`)."""
+    outside_input: bool = False
+    """The phase took something from outside the record that a re-run of it could not
+    take again the same way (a steered message read from the queue), so the engine
+    writes its transition even out of a carried phase (see `engine.CARRIED`)."""
     listed: dict[str, Mapping[str, Any]] = field(default_factory=dict)
     """What this run's last `toolset.listed` event said of each toolset (by name), so it
     is said again only when a listing changes it."""

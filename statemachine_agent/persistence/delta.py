@@ -125,7 +125,8 @@ class CheckpointWriter:
             body["messages"] = _outcome_refs(messages, self.last_state.get("outcomes"))
         trail = record.trail[self.saved_trail :]
         if trail:
-            body["trail"] = steps = [self.trail.encode(t.to_dict()) for t in trail]
+            counters = _counters(record)
+            body["trail"] = steps = [self.trail.encode(t.to_dict(), counters) for t in trail]
             if steps[-1].get("dest") == record.state:
                 del steps[-1]["dest"]  # the body's state_name
             self.saved_trail = len(record.trail)
@@ -340,7 +341,20 @@ def _may_nest(hint: Any) -> bool:
 _MESSAGE_REF = "$message"
 
 _DERIVED = ("iteration", "turn", "elapsed_s", "usage_total", "cost_usd")
-"""Trail record fields equal to the record's counters at its checkpoint; not stored twice."""
+"""Trail record fields that usually equal the record's counters at its checkpoint: not
+stored when they do. A transition carried into a later write (the engine writes a cheap
+transition with the next one) keeps those that differ."""
+
+
+def _counters(record: RunRecord) -> dict[str, Plain]:
+    """The record's counters as its last trail record would show them (`_DERIVED`)."""
+    return {
+        "iteration": record.iteration,
+        "turn": record.turn,
+        "elapsed_s": round(record.elapsed_s, 6),
+        "usage_total": record.usage.to_dict(),
+        "cost_usd": record.cost_usd,
+    }
 
 
 _OUTCOME_REF = "$outcome"
@@ -419,9 +433,10 @@ class TrailCodec:
                 self.names.append(names)
         self.previous = step
 
-    def encode(self, step: Mapping[str, Plain]) -> dict[str, Plain]:
-        """The stored form of a full trail record."""
-        out = {k: v for k, v in step.items() if k not in _DERIVED}
+    def encode(self, step: Mapping[str, Plain], counters: Mapping[str, Plain]) -> dict[str, Plain]:
+        """The stored form of a full trail record, written with a record whose counters
+        are `counters` (those it shares with them are left out)."""
+        out = {k: v for k, v in step.items() if k not in _DERIVED or v != counters.get(k)}
         previous = self.previous
         if previous is not None and out.get("source") == previous.get("dest"):
             del out["source"]
@@ -473,14 +488,15 @@ def _next_seq(step: Mapping[str, Plain]) -> Plain:
 
 def _expand(step: Mapping[str, Plain], state: Mapping[str, Plain]) -> dict[str, Plain]:
     """A compact trail record with the counters of the state checkpointed with it."""
-    return {
-        **step,
+    counters: dict[str, Plain] = {
         "iteration": state["iteration"],
         "turn": state["turn"],
         "elapsed_s": round(float(state["elapsed_s"]), 6),
         "usage_total": dict(state["usage"]),
         "cost_usd": state["cost_usd"],
     }
+    base = {k: v for k, v in step.items() if k not in counters}
+    return {**base, **{k: step.get(k, v) for k, v in counters.items()}}
 
 
 def fold(bodies: Iterable[Mapping[str, Plain]]) -> dict[str, Plain] | None:

@@ -57,6 +57,11 @@ class Act:
 
     deadline_only = True
 
+    carried_exit = True
+    """Its `tools_done` transition is carried in the next checkpoint: each outcome was
+    written as it came (`_record`), so after a crash act runs again, finds every call
+    answered and runs none of them."""
+
     def interrupted(self, ctx: PhaseEnv) -> Literal["tools_done"]:
         """A deadline abandoned the tools in flight; `run` answered each as it stopped."""
         self._sort(ctx)

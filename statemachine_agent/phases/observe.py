@@ -15,6 +15,10 @@ from statemachine_agent.machine.phase_env import PhaseEnv
 class Observe:
     """Appends the results, records them for the stall detector, names `observed`."""
 
+    carried_exit = True
+    """Its transition is carried in the next checkpoint: filing the recorded results is
+    re-done from the record after a crash."""
+
     async def run(self, ctx: PhaseEnv) -> Literal["observed"]:
         run = ctx.state
         if run.outcomes:

@@ -30,6 +30,11 @@ from statemachine_agent.tools.output import TEXT_ANSWER
 class Perceive:
     """Builds the next request; the guards then decide whether it may be sent."""
 
+    carried_exit = True
+    """Its transition is carried in the next checkpoint: the request is rebuilt from the
+    record after a crash. A step that read steered messages from the queue is written
+    at once (`PhaseEnv.outside_input`)."""
+
     async def run(self, ctx: PhaseEnv) -> Literal["prepared"]:
         await refresh_tools(ctx)
         run, policy = ctx.state, ctx.deps.context
@@ -56,6 +61,7 @@ def read_steering(ctx: PhaseEnv) -> None:
         return
     found = mailbox.steered(run.run_id, run.steering.seen)
     if found:
+        ctx.outside_input = True  # written with this transition: a fork or resume sees it
         run.steering.seen = found[-1].number
         run.steering.waiting = [*run.steering.waiting, *(m.to_plain() for m in found)]
 
