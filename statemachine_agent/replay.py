@@ -32,6 +32,7 @@ from statemachine_agent.audit.config import Audit
 from statemachine_agent.audit.sink import MemorySink, iter_numbered, iter_run_events
 from statemachine_agent.errors import Error
 from statemachine_agent.machine.cancel import CancelToken
+from statemachine_agent.machine.ends import RESUMABLE_STATES
 from statemachine_agent.machine.result import RunResult
 from statemachine_agent.machine.settings import RunSettings
 from statemachine_agent.models.base import Model, ModelReply, ModelRequest, Usage
@@ -199,13 +200,24 @@ class ReplayEffects:
     def write(self, event: Mapping[str, Any]) -> None:
         """Follow the replay's transitions; stop a dead process's segment at one it never
         wrote (before the transition is checkpointed, as a death there would)."""
+        segment = self._progress.current
+        if event.get("event") == "run.ended" and not self._reported(segment):
+            raise ProcessDied("run.ended")
         if event.get("event") != "transition.fired":
             return
         seq = int(event["seq"])
-        segment = self._progress.current
         if segment.ended is None and seq > segment.last_seq:
             raise ProcessDied(f"transition {seq}")
         self._seq = seq
+
+    def _reported(self, segment: Segment) -> bool:
+        """Whether the process of `segment` got its `run.ended` out for good: it wrote one,
+        and no later process had to finish the report (a later segment after a final
+        end state means the process died before it could mark the end reported)."""
+        if segment.ended is None:
+            return False
+        later = self._progress.index + 1 < len(self._progress.parts)
+        return not later or segment.end_state in RESUMABLE_STATES
 
     def close(self) -> None:
         return None

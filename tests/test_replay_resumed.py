@@ -192,3 +192,38 @@ def test_a_crash_after_carried_transitions_replays(tmp_path: Path) -> None:
     # The clock readings played back are the resumed process's, not the dead one's
     # readings of the same transition numbers (time limits trip where they did).
     assert [t.elapsed_s for t in replay(path).result.trail] == [t.elapsed_s for t in done.trail]
+
+
+def test_a_death_before_run_ended_is_finished_by_resume(tmp_path: Path) -> None:
+    """A process dies after its run entered `completed` (checkpointed) and before the
+    `run.ended` line is out: the resume reports the end instead of refusing an ended
+    run, the audit file ends sealed, and it replays; a second resume is refused."""
+    from statemachine_agent import RunAlreadyEndedError
+    from statemachine_agent.audit.chain import verify_file
+    from statemachine_agent.audit.config import Audit
+    from statemachine_agent.persistence.sqlite import SQLiteCheckpointer
+
+    class DiesAtTheEnd:
+        def write(self, event: dict[str, object]) -> None:
+            if event.get("event") == "run.ended":
+                raise _Died
+
+        def close(self) -> None:
+            return None
+
+    store = SQLiteCheckpointer(tmp_path / "runs.sqlite3")
+    folder = tmp_path / "audit"
+    dying = Agent(ScriptedModel([replies.text("Done.")]), checkpointer=store,
+                  audit=Audit(dir=folder, sinks=[DiesAtTheEnd()]))  # fmt: skip
+    with pytest.raises(_Died):
+        dying.run("Go.", run_id="r")
+    path = folder / "r.jsonl"
+    assert verify_file(path).status == "unsealed"
+    survivor = Agent(ScriptedModel([]), checkpointer=SQLiteCheckpointer(tmp_path / "runs.sqlite3"),
+                     audit=folder)  # fmt: skip
+    done = survivor.resume("r")
+    assert (done.end_state, done.text) == ("completed", "Done.")
+    assert verify_file(path).ok
+    assert_replays(path, "completed", done.messages)
+    with pytest.raises(RunAlreadyEndedError):
+        survivor.resume("r")

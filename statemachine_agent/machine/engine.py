@@ -191,6 +191,8 @@ class Engine:
         run.trail.append(record)
         if observers.watching():
             observers.notify(run.run_id, fired[0], record)
+        if run.state in END_STATES and run.state not in RESUMABLE_STATES:
+            run.reporting_end = True  # until run.ended is out (`_end`)
         if run.state == "cancelled":
             run.cancelled_at = (source, trigger)
         elif source == "cancelled":
@@ -213,7 +215,9 @@ class Engine:
 
         A resumed run in a resumable end state (paused for approval, cancelled)
         leaves it by the `resumed` trigger: its rows say where it carries on. A run
-        that crashed carries on in the state its last checkpoint recorded.
+        that crashed carries on in the state its last checkpoint recorded; one that
+        died after entering a final end state and before its `run.ended` was out
+        (`RunRecord.reporting_end`) stays there, and its end handler reports it.
         """
         run = ctx.state
         ctx.started_at = ctx.deps.effects.monotonic() - run.elapsed_s
@@ -373,6 +377,9 @@ class Engine:
             cost_usd=result.cost_usd,
             elapsed_s=round(result.elapsed_s, 6),
         )
+        if run.reporting_end:
+            run.reporting_end = False
+            ctx.checkpoint()
         late = {
             key: value
             for key, value in (

@@ -83,7 +83,7 @@ def prepare_resume(record: RunRecord, decisions: Mapping[str, Decision]) -> None
         if record.error is not None and record.error.kind == "Cancelled":
             record.error = None  # the abandoned model call is made again
         return
-    if record.state in END_STATES:
+    if record.state in END_STATES and not record.reporting_end:
         raise RunAlreadyEndedError(
             f"run {record.run_id} already ended in {record.state!r}; only runs awaiting "
             "approval, cancelled or interrupted can be resumed"

@@ -331,6 +331,11 @@ class RunRecord:
     forked_from: dict[str, Any] | None = field(default=None, metadata=REPLACED)
     """For a fork (`Agent.fork`): the original's `run_id` and the transition `seq` it
     was forked at (`{"run_id": ..., "seq": ...}`)."""
+    reporting_end: bool = False
+    """The run entered a final end state and its `run.ended` is not yet known to be
+    written: set by the engine as it enters the state, cleared (and written) once the
+    event is out. A process that dies in between leaves it set, and `resume` then
+    finishes the report instead of refusing an ended run."""
 
     @property
     def budget(self) -> Budget:

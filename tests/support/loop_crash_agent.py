@@ -32,7 +32,6 @@ from statemachine_agent import (
     Audit,
     Model,
     ModelRequest,
-    RunAlreadyEndedError,
     RunNotFoundError,
     RunResult,
     tool,
@@ -42,7 +41,6 @@ from statemachine_agent.persistence import (
     Checkpointer,
     PostgresCheckpointer,
     SQLiteCheckpointer,
-    load_record,
 )
 from statemachine_agent.testing import replies
 
@@ -146,24 +144,14 @@ def build(
     )
 
 
-def finish(agent: Agent, where: str, run_id: str) -> dict[str, Any]:
-    """What a supervisor does for a run its dead process left: resume it; start it
-    again if it left no checkpoint (`restarted`); read its record if it had ended
-    (`ended_before`), since an ended run cannot be resumed."""
+def finish(agent: Agent, run_id: str) -> dict[str, Any]:
+    """What a supervisor does for a run its dead process left: resume it (also one that
+    had entered its end state but not reported it), or start it again if it left no
+    checkpoint (`restarted`)."""
     try:
         return outcome(agent.resume(run_id, wait=10 * LEASE_SECONDS))
     except RunNotFoundError:
         return {**outcome(agent.run(PROMPT, run_id=run_id)), "restarted": True}
-    except RunAlreadyEndedError:
-        record = load_record(store(where), run_id)
-        said = [m for m in record.messages if m["role"] == "assistant"][-1]["content"]
-        return {
-            "end_state": record.state,
-            "text": "".join(block["text"] for block in said if block["type"] == "text"),
-            "messages": record.messages,
-            "trail": [[step.source, step.trigger, step.dest] for step in record.trail],
-            "ended_before": True,
-        }
 
 
 def outcome(result: RunResult[Any]) -> dict[str, Any]:
@@ -176,9 +164,7 @@ def main() -> None:
     mode, where, folder, run_id = sys.argv[1], sys.argv[2], Path(sys.argv[3]), sys.argv[4]
     kill = sys.argv[5] if len(sys.argv) > 5 else None
     agent = build(where, folder, mode, kill)
-    done = (
-        outcome(agent.run(PROMPT, run_id=run_id)) if mode == "run" else finish(agent, where, run_id)
-    )
+    done = outcome(agent.run(PROMPT, run_id=run_id)) if mode == "run" else finish(agent, run_id)
     print(json.dumps(done))
 
 
