@@ -379,21 +379,22 @@ def targets(stats: dict[str, Any]) -> list[dict[str, Any]]:
         }
 
     return [
-        check("b_vs_g", "b_engine", "g_transitions", 3.0, "(b) <= 3x (g)"),
+        check("b_vs_g", "b_engine", "g_transitions", 5.0, "(b) <= 5x (g)"),
         check(
             "b_vs_langgraph",
             "b_engine",
             "e_langgraph",
-            1 / 20,
-            "(b) <= 1/20 of LangGraph without checkpointer",
+            1 / 10,
+            "(b) <= 1/10 of LangGraph without checkpointer",
         ),
         check(
             "d_vs_langgraph_sqlite",
             "d_engine_sqlite",
             "e_langgraph_sqlite",
-            1 / 10,
-            "(d) <= 1/10 of LangGraph with its SQLite saver",
+            1 / 6,
+            "(d) <= 1/6 of LangGraph with its SQLite saver",
         ),
+        check("c_vs_b", "c_engine_jsonl", "b_engine", 1.3, "(c) JSONL audit sink <= 1.3x (b)"),
     ]
 
 
