@@ -323,11 +323,15 @@ class StallDetector:
     HISTORY: ClassVar[int] = 200
     """Observations kept; older ones are forgotten, so memory stays bounded on long runs."""
 
-    __slots__ = ("_acknowledged_at", "_index", "_next_seq", "_observations", "_policy")
+    __slots__ = ("_acknowledged_at", "_index", "_next_seq", "_observations", "_plain", "_policy")
 
     def __init__(self, policy: StallPolicy = _DEFAULT_POLICY) -> None:
         self._policy = policy
         self._observations: list[_Observation] = []
+        self._plain: list[dict[str, Any]] = []
+        """Each kept observation as `to_state` lists it, built once when it is recorded:
+        the state is written after every observation, and rebuilding a dict per kept
+        call each time would cost what the whole window holds, not what is new."""
         self._index = _Index(policy)
         self._next_seq = 0
         self._acknowledged_at = 0
@@ -339,7 +343,7 @@ class StallDetector:
 
     def record(self, name: str, arguments: Any, result: str, *, is_error: bool = False) -> None:
         """Remember one finished tool call; the only method that changes what is judged."""
-        self._observations.append(
+        self._keep(
             _Observation(
                 seq=self._next_seq,
                 tool=name,
@@ -349,9 +353,17 @@ class StallDetector:
             )
         )
         self._next_seq += 1
-        self._index.add(self._observations)
         while len(self._observations) > self.HISTORY:
+            del self._plain[0]
             self._index.drop(self._observations.pop(0), self._observations)
+
+    def _keep(self, o: _Observation) -> None:
+        self._observations.append(o)
+        self._plain.append(
+            {"seq": o.seq, "tool": o.tool, "arguments": o.args, "result": o.result,
+             "is_error": o.is_error}
+        )  # fmt: skip
+        self._index.add(self._observations)
 
     def acknowledge(self) -> None:
         """Note that the engine intervened, so the current finding needs new evidence to recur."""
@@ -375,21 +387,16 @@ class StallDetector:
         return None
 
     def to_state(self) -> dict[str, Any]:
-        """Plain JSON-ready data for a checkpoint; `from_state` restores it exactly."""
+        """Plain JSON-ready data for a checkpoint; `from_state` restores it exactly.
+
+        The observations' dicts are the detector's own, shared by every state it hands
+        out (a new list each time): a state is a value to store, never to edit.
+        """
         return {
             "version": _STATE_VERSION,
             "next_seq": self._next_seq,
             "acknowledged_at": self._acknowledged_at,
-            "observations": [
-                {
-                    "seq": o.seq,
-                    "tool": o.tool,
-                    "arguments": o.args,
-                    "result": o.result,
-                    "is_error": o.is_error,
-                }
-                for o in self._observations
-            ],
+            "observations": list(self._plain),
         }
 
     @classmethod
@@ -419,8 +426,7 @@ class StallDetector:
             observations.append(observation)
         detector = cls(policy)
         for observation in observations[-cls.HISTORY :]:
-            detector._observations.append(observation)
-            detector._index.add(detector._observations)
+            detector._keep(observation)
         detector._next_seq = next_seq
         detector._acknowledged_at = acknowledged_at
         return detector
@@ -439,6 +445,8 @@ class StallDetector:
 
     def _repeat(self) -> StallFinding | None:
         """Same tool, same arguments, same result: the call taught the model nothing new."""
+        if not self._index.repeat_hits:
+            return None
         repeats = self._index.repeats
         calls = self._pick(repeats[key].calls for key in self._index.repeat_hits)
         if calls is None:
@@ -466,12 +474,12 @@ class StallDetector:
         for period in range(2, self._policy.max_cycle_period + 1):
             if n < needed * period:
                 break
-            if len({o.key for o in observations[n - period :]}) == 1:
-                continue  # one call over and over is a `repeat`, not a cycle
             run = period + self._index.chains[period]
             repetitions = run // period
             if repetitions < needed:
                 continue
+            if len({o.key for o in observations[n - period :]}) == 1:
+                continue  # one call over and over is a `repeat`, not a cycle
             block = observations[n - run : n - run + period]
             names = " -> ".join(o.tool for o in block)
             return StallFinding(
@@ -523,6 +531,8 @@ class StallDetector:
         if similarity is None:
             # Without a similarity ratio, "alike" is equality of normalized forms, kept
             # grouped by that key as calls are recorded.
+            if not self._index.near_hits:
+                return None
             near = self._index.near
             groups = [near[key].calls for key in self._index.near_hits]
         else:
