@@ -31,6 +31,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import contextvars
+import os
 import threading
 import weakref
 from collections.abc import Callable, Coroutine
@@ -49,7 +50,15 @@ _KEPT: contextvars.ContextVar[bool] = contextvars.ContextVar(
 class _ThreadLoop:
     """A thread's kept event loop, and the worker used when that thread's own loop runs."""
 
-    def __init__(self) -> None:
+    def __init__(self, inherited: _ThreadLoop | None = None) -> None:
+        self.pid = os.getpid()
+        """The process that made it: a child forked since makes a loop of its own."""
+        self.inherited = inherited
+        """In a forked child, the parent's loop, kept unused and never closed: its epoll
+        instance and its clients' connections are shared with the parent, and closing
+        them here (a TLS close_notify) would break the parent's."""
+        if inherited is not None:
+            inherited.finalizer.detach()
         self.runner = asyncio.Runner()
         self.worker: concurrent.futures.ThreadPoolExecutor | None = None
         self.workers: list[concurrent.futures.ThreadPoolExecutor] = []
@@ -61,7 +70,9 @@ class _ThreadLoop:
         """Held while a thread runs the loop: its owner for a call, or another thread
         that `kept_loop_caller` let run a coroutine on it while it was idle."""
         self._factory_set = False
-        weakref.finalize(self, _close, self.runner, self.workers, self.closers)
+        self.finalizer: weakref.finalize[Any, _ThreadLoop] = weakref.finalize(
+            self, _close, self.runner, self.workers, self.closers
+        )
 
     def run(self, coro: Coroutine[Any, Any, Result]) -> Result:
         if not self._factory_set:
@@ -96,8 +107,8 @@ _local = threading.local()
 def run_blocking(coro: Coroutine[Any, Any, Result]) -> Result:
     """Run `coro` to its end on this thread's kept loop (see the module docstring)."""
     holder: _ThreadLoop | None = getattr(_local, "loop", None)
-    if holder is None:
-        holder = _local.loop = _ThreadLoop()
+    if holder is None or holder.pid != os.getpid():
+        holder = _local.loop = _ThreadLoop(holder)
     try:
         asyncio.get_running_loop()
     except RuntimeError:

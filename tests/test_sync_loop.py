@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import os
 import subprocess
 import sys
 import textwrap
@@ -237,3 +238,30 @@ def test_an_async_client_given_serves_blocking_runs_too(
         assert agent.run("q").text == f"answer {k}"
     assert counting.made == 1
     assert server.connections == 1
+
+
+def test_a_forked_child_makes_its_own_loop_and_connection(server: FakeAnthropicServer) -> None:
+    """A child forked after a blocking run never drives its parent's loop (their epoll
+    instance is shared) nor sends down its parent's pooled connection; the parent's
+    loop and connection go on serving the parent."""
+    agent = Agent(AnthropicModel(api_key=API_KEY, base_url=server.base_url))
+    server.add(replies.text("parent 1"), replies.text("child"), replies.text("parent 2"))
+    assert agent.run("q").text == "parent 1"
+    parent_loop = thread_loop()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report and leave at once, never back into pytest
+        code = 1
+        try:
+            text = agent.run("q").text
+            os.write(write, f"{text}|{thread_loop() is not parent_loop}".encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write)
+    _, status = os.waitpid(pid, 0)
+    with os.fdopen(read) as pipe:
+        assert (status, pipe.read()) == (0, "child|True")
+    assert agent.run("q").text == "parent 2"
+    assert thread_loop() is parent_loop
+    assert server.connections == 2

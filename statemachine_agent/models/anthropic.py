@@ -120,13 +120,16 @@ class AnthropicModel:
             "timeout": timeout,
         }
         self._client = client
+        self._own_client: tuple[int, anthropic.Anthropic] | None = None
+        """The sync client made here, and the process it was made in (see `client`)."""
         self._async_client = async_client
         self._max_retry_wait = max_retry_wait
         self._loop_clients = LoopClients(
             lambda: _CappedAsyncAnthropic(max_retry_wait, **self._options), _close
         )
-        self._workers = DaemonWorkers(max_idle=4)
-        """Threads for the sync client's calls made for a blocking run (see `acomplete`)."""
+        self._workers = (os.getpid(), DaemonWorkers(max_idle=4))
+        """Threads for the sync client's calls made for a blocking run (see `acomplete`),
+        and their process: a forked child has none of its parent's threads."""
 
     def __repr__(self) -> str:
         return f"<AnthropicModel {self.name}>"
@@ -138,9 +141,14 @@ class AnthropicModel:
 
     @property
     def client(self) -> anthropic.Anthropic:
-        if self._client is None:
-            self._client = _CappedAnthropic(self._max_retry_wait, **self._options)
-        return self._client
+        """The sync client: the one given, else one made per process (a forked child
+        must not send its requests down its parent's pooled connections)."""
+        if self._client is not None:
+            return self._client
+        pid = os.getpid()
+        if self._own_client is None or self._own_client[0] != pid:
+            self._own_client = (pid, _CappedAnthropic(self._max_retry_wait, **self._options))
+        return self._own_client[1]
 
     async def _async_client_for_loop(self) -> anthropic.AsyncAnthropic:
         """The async client for the running event loop (the one given, if one was)."""
@@ -224,7 +232,10 @@ class AnthropicModel:
             with contextlib.suppress(RuntimeError):  # the loop closed: nobody is waiting
                 loop.call_soon_threadsafe(settle, error, reply)
 
-        self._workers.submit(work)
+        pid = os.getpid()
+        if self._workers[0] != pid:
+            self._workers = (pid, DaemonWorkers(max_idle=4))
+        self._workers[1].submit(work)
         return await future
 
     def _retrying_sync(self, call: Any) -> ModelReply:
