@@ -52,6 +52,9 @@ VERIFY_EXIT_CODES: Mapping[Status, int] = {"intact": 0, "broken": 1, "unsealed":
 """Exit status of `statemachine-agent verify` per outcome (2 is a usage error)."""
 
 _DIGEST_SUFFIX = f', "{DIGEST}": "'
+_LINE_ENCODER = json.JSONEncoder(ensure_ascii=False, default=str)
+"""The encoder of every line, made once: `json.dumps` with options other than its
+defaults builds a new encoder per call (the same bytes; it holds no state between calls)."""
 
 
 def encode(event: Mapping[str, Any]) -> str:
@@ -60,7 +63,7 @@ def encode(event: Mapping[str, Any]) -> str:
     Text that is not valid Unicode (a lone surrogate) is repaired first, as
     everywhere text enters a run, so the line can always be written as UTF-8.
     """
-    return repair_text(json.dumps(event, ensure_ascii=False, default=str))
+    return repair_text(_LINE_ENCODER.encode(event))
 
 
 def _key_bytes(key: AuditKey | None) -> bytes | None:
@@ -107,8 +110,12 @@ class Chain:
 
     def advance(self, line: bytes) -> None:
         """Take one line (without its newline) as the chain's next."""
-        self.head = self.digest(line)
-        self._whole.update(line + b"\n")
+        if self._key is None:  # `digest`, inlined: this runs for every event of a run
+            self.head = hashlib.sha256(line).hexdigest()
+        else:
+            self.head = hmac.new(self._key, line, hashlib.sha256).hexdigest()
+        self._whole.update(line)
+        self._whole.update(b"\n")
 
     def whole_digest(self, tail: bytes) -> str:
         """The digest of every line so far followed by `tail`, without taking it in."""
@@ -122,7 +129,10 @@ class Chain:
         Chain members an event already carries (one sealed by an earlier chain)
         are replaced, so a sink that re-seals always writes its own chain.
         """
-        body = {k: v for k, v in event.items() if k not in (PREV, DIGEST)}
+        body = dict(event)
+        if PREV in body or DIGEST in body:
+            body.pop(PREV, None)
+            body.pop(DIGEST, None)
         body[PREV] = self.head
         line = encode(body)
         if self.cipher is not None:
