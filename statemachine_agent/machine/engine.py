@@ -214,7 +214,8 @@ class Engine:
         elif source == "cancelled":
             run.cancelled_at = None  # the resumed row has read it
         ctx.entered_by = fired[0]
-        ctx.emitter.emit("transition.fired", **record.to_dict())
+        if ctx.emitter.listened():  # the payload's copies are made only for a receiver
+            ctx.emitter.emit("transition.fired", **record.to_dict())
         if source not in CARRIED or run.state in END_STATES or ctx.outside_input:
             ctx.outside_input = False
             ctx.checkpoint()
