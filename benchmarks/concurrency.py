@@ -36,7 +36,8 @@ PEAK_RUNS = min(RUNS, 2000)
 """Runs in the traced round for peak memory (tracemalloc slows a round ~3x)."""
 PEER_OPEN = {"pydantic_ai_iter": 200, "langgraph_paused": 100}
 """Fewer open runs for the slow-to-start peers (per-run bytes do not depend on the count)."""
-REPEATS = max(5, min(common.REPEATS, 5))
+REPEATS = int(os.environ.get("BENCH_CONCURRENCY_REPEATS", "5"))
+"""Rounds of each throughput case (fewer while iterating)."""
 
 
 class CountingSink:
@@ -65,17 +66,29 @@ def make_agent(delay: float, sink: CountingSink | None = None) -> Any:
 # -- part 1: throughput ----------------------------------------------------------------
 
 
-async def _engine_round(runs: int) -> tuple[float, int]:
+async def _engine_round(runs: int, freeze: bool = False) -> tuple[float, float, int]:
+    """Wall and CPU seconds of one round, and its events; `freeze`: `gc.freeze()` once
+    the agent is built (what a host may do after its start-up), undone after the round."""
     sink = CountingSink()
     agent = make_agent(DELAY, sink)
-    start = time.perf_counter()
-    results = await asyncio.gather(*(agent.arun("go") for _ in range(runs)))
-    wall = time.perf_counter() - start
+    if freeze:
+        gc.freeze()
+    try:
+        start, cpu = time.perf_counter(), time.process_time()
+        results = await asyncio.gather(*(agent.arun("go") for _ in range(runs)))
+        wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+    finally:
+        if freeze:
+            gc.unfreeze()
     assert all(r.end_state == "completed" and r.iterations == ITERATIONS for r in results)
-    return wall, sink.events
+    return wall, cpu, sink.events
 
 
-async def _bare_round(runs: int) -> tuple[float, int]:
+async def _frozen_round(runs: int) -> tuple[float, float, int]:
+    return await _engine_round(runs, freeze=True)
+
+
+async def _bare_round(runs: int) -> tuple[float, float, int]:
     async def lookup(n: int) -> str:
         return f"item {n}"
 
@@ -88,19 +101,22 @@ async def _bare_round(runs: int) -> tuple[float, int]:
                 messages.append({"role": "user", "content": await lookup(i)})
         return messages
 
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     await asyncio.gather(*(one() for _ in range(runs)))
-    return time.perf_counter() - start, 0
+    return time.perf_counter() - start, time.process_time() - cpu, 0
 
 
 def throughput() -> dict[str, Any]:
-    walls: dict[str, list[float]] = {"bare": [], "engine": []}
+    rounds = {"bare": _bare_round, "engine": _engine_round, "frozen": _frozen_round}
+    walls: dict[str, list[float]] = {name: [] for name in rounds}
+    cpus: dict[str, list[float]] = {name: [] for name in rounds}
     events = 0
     for _ in range(REPEATS):
-        for name, fn in (("bare", _bare_round), ("engine", _engine_round)):
+        for name, fn in rounds.items():
             gc.collect()
-            wall, count = asyncio.run(fn(RUNS))
+            wall, cpu, count = asyncio.run(fn(RUNS))
             walls[name].append(wall)
+            cpus[name].append(cpu)
             events = count or events
     gc.collect()
     tracemalloc.start()
@@ -115,6 +131,9 @@ def throughput() -> dict[str, Any]:
         "ideal_s": IDEAL,
         "wall_s": engine,
         "bare_wall_s": common.summary(walls["bare"]),
+        "cpu_s": common.summary(cpus["engine"]),
+        "frozen_wall_s": common.summary(walls["frozen"]),
+        "frozen_cpu_s": common.summary(cpus["frozen"]),
         "ratio_to_ideal": engine["median"] / IDEAL,
         "cpu_us_per_iteration": (engine["median"] - IDEAL) / (RUNS * ITERATIONS) * 1e6,
         "events_per_run": events / RUNS,
@@ -319,6 +338,14 @@ def render(part1: dict[str, Any], part2: dict[str, Any]) -> str:
         ["ideal wall time", f"{IDEAL * 1000:.0f} ms"],
         ["bare asyncio loop, same sleeps (baseline)", f"{ms(part1['bare_wall_s'])} ms"],
         ["engine wall time", f"{ms(part1['wall_s'])} ms"],
+        ["engine CPU time", f"{ms(part1['cpu_s'])} ms"],
+        ["engine wall time, `gc.freeze()` after start-up", f"{ms(part1['frozen_wall_s'])} ms"],
+        ["engine CPU time, `gc.freeze()` after start-up", f"{ms(part1['frozen_cpu_s'])} ms"],
+        [
+            "`gc.freeze()` / default, wall (CPU)",
+            f"{part1['frozen_wall_s']['median'] / part1['wall_s']['median']:.2f}x "
+            f"({part1['frozen_cpu_s']['median'] / part1['cpu_s']['median']:.2f}x)",
+        ],
         ["engine / ideal (target <= 1.5x)", f"{part1['ratio_to_ideal']:.2f}x"],
         [
             "engine / bare asyncio",
