@@ -244,9 +244,13 @@ class SQLCheckpointer:
     def _write(
         self, run_id: str, body: Mapping[str, Any], now: float, *, migrating: bool = False
     ) -> None:
-        """Append inside the caller's transaction, which locks the run's row."""
-        self._execute(self._q["ensure"], (run_id, now, now))
-        count, digest, owner, expires = self._execute(self._q["head"], (run_id,)).fetchone()
+        """Append inside the caller's transaction, which locks the run's row (created by
+        the run's first append: later ones read and lock it in one statement)."""
+        head = self._execute(self._q["head"], (run_id,)).fetchone()
+        if head is None:
+            self._execute(self._q["ensure"], (run_id, now, now))
+            head = self._execute(self._q["head"], (run_id,)).fetchone()
+        count, digest, owner, expires = head
         if not migrating:
             self.leases.check_writer(run_id, _holder(owner, expires), now)
         seq = int(count) + 1
