@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import zlib
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from statemachine_agent.persistence.base import encode
 from statemachine_agent.persistence.packing import (
     DICTIONARIES,
     WRITES_WITH,
@@ -17,6 +19,7 @@ from statemachine_agent.persistence.packing import (
     pack,
     unpack,
 )
+from statemachine_agent.unicode import repair_text
 
 PINNED = {1: "8a2cf9732d12117b724b163be83050b2b816344b0fb113f7ffecb3abe90ffec9"}
 """Each released dictionary's digest. Rows packed with one must stay readable, so a
@@ -77,3 +80,27 @@ class TestPacking:
     def test_a_row_of_a_dictionary_this_version_lacks_says_so(self) -> None:
         with pytest.raises(UnpackError, match="dictionary 200, which this version lacks"):
             unpack(bytes((200,)) + pack("{}")[1:])
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=20,
+)
+"""Any body a store may be handed (lone surrogates and non-finite numbers included)."""
+
+
+class TestStoredBytes:
+    """The write path's shortcuts store exactly the bytes of the plain way (the format is a
+    contract: a digest chains over them)."""
+
+    @given(text=TEXT)
+    def test_a_row_packs_as_with_a_compressor_primed_for_it(self, text: str) -> None:
+        deflate = zlib.compressobj(6, zlib.DEFLATED, -13, 4, zdict=DICTIONARIES[WRITES_WITH])
+        reference = bytes((WRITES_WITH,)) + deflate.compress(text.encode()) + deflate.flush()
+        assert pack(text) == reference
+
+    @given(body=st.dictionaries(st.text(), JSON, max_size=6))
+    def test_a_body_encodes_as_json_dumps_does(self, body: dict[str, object]) -> None:
+        reference = json.dumps(body, ensure_ascii=False, separators=(",", ":"))
+        assert encode(body) == repair_text(reference)

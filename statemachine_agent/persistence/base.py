@@ -138,9 +138,16 @@ class LeasingCheckpointer(Checkpointer, Protocol):
         ...
 
 
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+"""Made once: `json.dumps` with options other than its defaults builds an encoder per
+call. Immutable after construction, so sharing it across threads is safe; its text is
+`json.dumps(body, ensure_ascii=False, separators=(",", ":"))` to the byte (pinned by a
+property in tests/test_packing.py)."""
+
+
 def encode(body: Mapping[str, Any]) -> str:
     """The stored text of a body; invalid Unicode is repaired rather than failing the write."""
-    return repair_text(json.dumps(body, ensure_ascii=False, separators=(",", ":")))
+    return repair_text(_ENCODER.encode(body))
 
 
 def seconds(value: timedelta | float) -> float:

@@ -122,7 +122,9 @@ class SQLiteCheckpointer(SQLCheckpointer):
         db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self._db = db
         super().__init__(
-            db.execute,
+            # One cursor for every statement (each runs under the store's lock and is
+            # read before the next): no cursor object made per statement.
+            db.cursor().execute,
             self._shutdown,
             self._immediate,
             name=f"SQLite store {self.path}",
@@ -175,13 +177,14 @@ class SQLiteCheckpointer(SQLCheckpointer):
 
     @contextmanager
     def _immediate(self) -> Iterator[None]:
-        self._db.execute("BEGIN IMMEDIATE")
+        execute = self._execute
+        execute("BEGIN IMMEDIATE", ())
         try:
             yield
         except BaseException:
-            self._db.execute("ROLLBACK")
+            execute("ROLLBACK", ())
             raise
-        self._db.execute("COMMIT")
+        execute("COMMIT", ())
 
     def _compact(self) -> None:
         with self._lock:
