@@ -9,8 +9,8 @@ a step it can replay. `InProcessEffects` is the default: call things directly.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
-from typing import Protocol
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, Protocol
 
 from statemachine_agent.models.base import Model, ModelReply, ModelRequest
 from statemachine_agent.tools.base import ToolCall, ToolOutcome
@@ -33,8 +33,10 @@ class Effects(Protocol):
 class InProcessEffects:
     """Runs every effect in this process, right away."""
 
-    async def call_model(self, model: Model, request: ModelRequest) -> ModelReply:
-        return await model.acomplete(request)
+    def call_model(self, model: Model, request: ModelRequest) -> Coroutine[Any, Any, ModelReply]:
+        """The model's own call, handed back to be awaited: no frame of this method
+        stays in the chain that every wait inside the call resumes."""
+        return model.acomplete(request)
 
     async def run_tools(
         self,

@@ -11,7 +11,6 @@ is what keeps those promises true for every caller.
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import replace
 from typing import Literal
 
@@ -20,7 +19,7 @@ from statemachine_agent.machine.guards import budget_reason
 from statemachine_agent.machine.phase_env import PhaseEnv
 from statemachine_agent.models.base import Model, ModelError, ModelReply, ModelRequest
 from statemachine_agent.models.streaming import muted
-from statemachine_agent.models.waiting import wait_limit
+from statemachine_agent.models.waiting import wait_limit, wait_limited
 
 Purpose = Literal["loop", "critic", "salvage", "summary", "verifier"]
 """Why a model is called. Only `loop` calls count as iterations; every call costs."""
@@ -72,29 +71,42 @@ async def call_model(
             ctx.emitter.emit("model.failed", iteration=step, **tag, error=error.describe(),
                              status=None, request_id=None, retryable=False)  # fmt: skip
             raise error
-    ctx.emitter.emit("model.requested", iteration=step, **tag, model=request.model,
-                     message_count=len(request.messages),
-                     tools=[t.get("name") for t in request.tools],
-                     max_tokens=request.max_tokens)  # fmt: skip
+    listened = ctx.emitter.listened()  # the payloads are built only for a receiver
+    if listened:
+        ctx.emitter.emit("model.requested", iteration=step, **tag, model=request.model,
+                         message_count=len(request.messages),
+                         tools=[t.get("name") for t in request.tools],
+                         max_tokens=request.max_tokens)  # fmt: skip
+    # The primary model alone is awaited without the fallback loop's frame (a frame is
+    # resumed at every wait inside the call).
+    call = (
+        _with_fallbacks(ctx, model, request, step)
+        if fallbacks and ctx.deps.fallback_models
+        else _call(ctx, model, request)
+    )
     try:
-        with contextlib.nullcontext() if purpose in STREAMED else muted():
-            reply = await _with_fallbacks(ctx, model, request, step, fallbacks)
+        if purpose in STREAMED:
+            reply = await call
+        else:
+            with muted():
+                reply = await call
     except ModelError as exc:
         ctx.emitter.emit("model.failed", iteration=step, **tag, error=exc.describe(),
                          status=exc.status, request_id=exc.request_id,
                          retryable=exc.retryable)  # fmt: skip
         raise
     cost = charge(ctx, reply, model, iteration=purpose == "loop")
-    ctx.emitter.emit("model.replied", iteration=run.iteration, **tag,
-                     model=reply.model or request.model, stop_reason=reply.stop_reason,
-                     stop_details=reply.stop_details, content=list(reply.content),
-                     usage=reply.usage.to_dict(), cost_usd=cost, request_id=reply.request_id,
-                     message_id=reply.id)  # fmt: skip
+    if listened:
+        ctx.emitter.emit("model.replied", iteration=run.iteration, **tag,
+                         model=reply.model or request.model, stop_reason=reply.stop_reason,
+                         stop_details=reply.stop_details, content=list(reply.content),
+                         usage=reply.usage.to_dict(), cost_usd=cost,
+                         request_id=reply.request_id, message_id=reply.id)  # fmt: skip
     return reply
 
 
 async def _with_fallbacks(
-    ctx: PhaseEnv, model: Model, request: ModelRequest, step: int, fallbacks: bool
+    ctx: PhaseEnv, model: Model, request: ModelRequest, step: int
 ) -> ModelReply:
     """Call the model; on overload or rate limit, try each fallback model in turn.
 
@@ -106,7 +118,7 @@ async def _with_fallbacks(
         return await _call(ctx, model, request)
     except ModelError as exc:
         error = exc
-    for fallback in ctx.deps.fallback_models if fallbacks else ():
+    for fallback in ctx.deps.fallback_models:
         if not error.retryable:
             break
         ctx.emitter.emit("model.fallback", iteration=step, failed_model=request.model,
@@ -121,7 +133,10 @@ async def _with_fallbacks(
 
 async def _call(ctx: PhaseEnv, model: Model, request: ModelRequest) -> ModelReply:
     try:
-        with wait_limit(_time_left(ctx)):
+        limit = _time_left(ctx)
+        if limit is None and wait_limited() is None:  # no limit to set, none to lift
+            return await ctx.deps.effects.call_model(model, request)
+        with wait_limit(limit):
             return await ctx.deps.effects.call_model(model, request)
     except ModelError:
         raise
@@ -152,5 +167,7 @@ def charge(ctx: PhaseEnv, reply: ModelReply, model: Model, *, iteration: bool) -
 def price_of(ctx: PhaseEnv, reply: ModelReply, model: Model) -> float:
     """What a reply cost, at the price of the model that answered (when it is priced)."""
     prices = ctx.deps.prices
-    name = reply.model if reply.model and prices.get(reply.model) else model.name
-    return prices.cost(name, reply.usage)
+    price = prices.get(reply.model) if reply.model else None
+    if price is None:
+        price = prices.get(model.name)
+    return price.cost(reply.usage) if price else 0.0

@@ -42,6 +42,11 @@ def wait_limit(seconds: float | None) -> Iterator[None]:
         _LIMIT.reset(token)
 
 
+def wait_limited() -> float | None:
+    """The limit `wait_limit` set for the current call (None: none is set)."""
+    return _LIMIT.get()
+
+
 def capped_wait(asked: float, cap: float) -> float:
     """The wait to make for `asked` seconds: at most `cap`, and raising
     `RetryWaitExceededError` when it would pass the current call's limit."""
