@@ -130,6 +130,102 @@ class TestRoundTrip:
         assert "finish.tags" in result.reason
 
 
+_NOTE = st.one_of(
+    st.integers(0, 2), st.booleans(), st.sampled_from([0.0, 1.0]), st.text(max_size=2)
+)
+"""Note values, 1 and True and 1.0 among them: equal in Python, not in JSON."""
+
+_CHANGES = st.one_of(
+    st.tuples(st.just("set"), st.sampled_from(["iteration", "blocked_calls"]), st.integers(0, 2)),
+    st.tuples(st.just("set"), st.sampled_from(["cancel_requested", "chat_ended"]), st.booleans()),
+    st.tuples(st.just("set"), st.just("cost_usd"), st.sampled_from([0.0, 0.5, 1.0])),
+    st.tuples(st.just("set"), st.just("fatal_tool"), st.none() | st.text(max_size=2)),
+    st.tuples(st.just("count"), st.sampled_from(["a", "b"]), st.none()),
+    st.tuples(st.just("note"), st.sampled_from(["x", "y"]), _NOTE),
+    st.tuples(st.just("unnote"), st.sampled_from(["x", "y"]), st.none()),
+    st.tuples(st.just("observe"), st.integers(0, 2), st.none()),
+    st.tuples(st.just("finding"), st.none() | st.dictionaries(st.just("k"), _NOTE), st.none()),
+    st.tuples(st.just("edit_finding"), _NOTE, st.none()),
+    st.tuples(st.just("await"), st.text(max_size=2), st.none()),
+    st.tuples(st.just("usage"), st.integers(0, 2), st.none()),
+    st.tuples(st.just("metadata"), st.dictionaries(st.sampled_from("pq"), _NOTE), st.none()),
+    st.tuples(st.just("outcome"), st.text(max_size=2), st.none()),
+    st.tuples(st.just("no_outcomes"), st.none(), st.none()),
+    st.tuples(st.just("summary"), st.integers(0, 2), st.none()),
+    st.tuples(st.just("nothing"), st.none(), st.none()),
+)
+"""Changes a run's record goes through between checkpoints: scalars set, groups'
+fields set, diffed dicts and lists changed in place, `replaced` fields given new
+values (the stall state as the detector hands it out: a new dict whose list holds
+the same observation dicts as the last one, plus new ones, minus old ones)."""
+
+
+def _change(record: Any, observed: list[dict[str, Any]], change: tuple[str, Any, Any]) -> None:
+    from statemachine_agent.models.base import Usage
+    from statemachine_agent.tools.base import ToolOutcome
+
+    kind, arg, _ = change
+    if kind == "set":
+        setattr(record, arg, change[2])
+    elif kind == "count":
+        record.calls_per_tool[arg] = record.calls_per_tool.get(arg, 0) + 1
+    elif kind == "note":
+        record.notes[arg] = change[2]
+    elif kind == "unnote":
+        record.notes.pop(arg, None)
+    elif kind == "observe":
+        observed.append({"key": f"k{len(observed)}", "seq": len(observed)})
+        del observed[: min(arg, len(observed) - 1)]
+        record.stall.observations = {"version": 1, "observations": list(observed)}
+    elif kind == "finding":
+        record.stall.finding = arg
+    elif kind == "edit_finding" and record.stall.finding is not None:
+        record.stall.finding["k"] = arg
+    elif kind == "await":
+        record.approval.awaiting.append(arg)
+    elif kind == "usage":
+        record.usage = Usage(input_tokens=arg)
+    elif kind == "metadata":
+        record.metadata = arg
+    elif kind == "outcome":
+        record.outcomes.append(ToolOutcome("toolu_1", "t", arg))
+    elif kind == "no_outcomes":
+        record.outcomes = []
+    elif kind == "summary":
+        record.summary.prompt_tokens = arg
+
+
+class TestIncrementalDelta:
+    @settings(max_examples=60, deadline=None)
+    @given(changes=st.lists(_CHANGES, max_size=25))
+    def test_each_body_is_the_full_walks_and_folds_back_to_the_record(
+        self, changes: list[tuple[str, Any, Any]]
+    ) -> None:
+        """The writer's state diff, built from what changed (values reused by identity,
+        `replaced` values converted from their new parts only), is byte for byte the diff
+        of the whole record walked afresh against the last, and the bodies fold back to
+        the record after every change."""
+        from statemachine_agent.machine.run import RunRecord
+        from statemachine_agent.persistence.delta import CheckpointWriter, diff, state_plain
+
+        record, observed = RunRecord(run_id="r"), list[dict[str, Any]]()
+        writer, bodies = CheckpointWriter(), list[Any]()
+        last: dict[str, Any] = {}
+        for change in [("nothing", None, None), *changes]:
+            _change(record, observed, change)
+            body = writer.delta(record)
+            fresh = state_plain(record)
+            expected = None
+            if fresh != last:
+                expected = diff(last, fresh)
+                if "metadata" in expected["$dict"]:
+                    expected["$dict"]["metadata"] = {"$set": fresh["metadata"]}
+                last = fresh
+            assert json.dumps(body.get("state")) == json.dumps(expected)  # 1, 1.0, True apart
+            bodies.append(json.loads(json.dumps(body)))
+            assert fold(bodies) == json.loads(json.dumps(record_to_plain(record)))
+
+
 class TestSQLiteStore:
     def test_wal_mode(self, tmp_path: Path) -> None:
         """The store runs in WAL mode with synchronous=NORMAL by default."""

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from typing import Any
@@ -53,7 +54,11 @@ def _dumps(value: Any) -> str:
 def diff(old: Plain, new: Plain) -> Plain:
     """An operation turning `old` into `new` (callers skip equal values)."""
     if isinstance(old, dict) and isinstance(new, dict):
-        changed = {k: diff(old[k], v) for k, v in new.items() if k in old and old[k] != v}
+        changed = {
+            k: diff(old[k], v)
+            for k, v in new.items()
+            if k in old and old[k] is not v and old[k] != v
+        }
         added = {k: {"$set": v} for k, v in new.items() if k not in old}
         removed = [k for k in old if k not in new]
         op: dict[str, Plain] = {"$dict": {**changed, **added}}
@@ -130,13 +135,16 @@ class CheckpointWriter:
             if steps[-1].get("dest") == record.state:
                 del steps[-1]["dest"]  # the body's state_name
             self.saved_trail = len(record.trail)
-        state = state_plain(record, self.frozen)
-        if state != self.last_state:
-            body["state"] = op = diff(self.last_state, state)
-            changes = op.get("$dict") if isinstance(op, dict) else None
-            if isinstance(changes, dict) and "metadata" in changes:
-                changes["metadata"] = {"$set": state["metadata"]}  # whole: stores list by it
-            self.last_state = state
+        last = self.last_state
+        state = state_plain(record, self.frozen, last)
+        if state is not last:
+            op = diff(last, state)
+            changes = op["$dict"]
+            if changes or "$del" in op:
+                body["state"] = op
+                if "metadata" in changes:
+                    changes["metadata"] = {"$set": state["metadata"]}  # whole: stores list by it
+                self.last_state = state
         return body
 
     def _messages_delta(self, record: RunRecord) -> dict[str, Plain] | None:
@@ -169,7 +177,9 @@ class CheckpointWriter:
 
 
 def state_plain(
-    record: RunRecord, frozen: dict[str, tuple[Any, Plain]] | None = None
+    record: RunRecord,
+    frozen: dict[str, tuple[Any, Plain]] | None = None,
+    last: dict[str, Plain] | None = None,
 ) -> dict[str, Plain]:
     """The record's plain form minus the lists checkpointed on their own.
 
@@ -179,9 +189,16 @@ def state_plain(
     field, `not_stored` fields are left out. The last reply's content is usually
     the last message verbatim; it is then stored as a reference to that message
     instead of a second copy.
+
+    With `last`, the form this returned at the previous checkpoint, each value
+    equal to the one there is that very object, and so is a group none of whose
+    values changed, and the whole form when nothing did: `diff` then passes over
+    what did not change by identity, and a checkpoint costs what changed rather
+    than the record's size. (Equal here is the `==` the diff has always used, so
+    the bodies are the same as without `last`.)
     """
     cache = frozen if frozen is not None else {}
-    plain = _fields_plain(record, "", cache)
+    plain = _fields_plain(record, "", cache, last)  # a new dict: `last` has no seq or state
     del plain["seq"], plain["state"]  # in every body already, as seq and state_name
     reply, messages = record.last_reply, record.messages
     if reply is not None:
@@ -197,7 +214,30 @@ def state_plain(
     outcomes = plain.get("outcomes")
     if isinstance(outcomes, list) and outcomes:
         plain["outcomes"] = _outcomes_plain(outcomes, calls if isinstance(calls, list) else [])
-    return plain
+    return plain if last is None else _reuse(plain, last)
+
+
+_ABSENT: Any = object()
+
+
+def _reuse(new: dict[str, Plain], last: dict[str, Plain]) -> dict[str, Plain]:
+    """`new` (a dict this module just built) with each value that equals `last`'s
+    replaced by `last`'s; `last` itself when that is every value, under the same keys.
+
+    Only `new`'s own entries are replaced, never anything inside them (a value may
+    be a `replaced` field's cached form). An equal value of another type (1 and
+    True) is kept as it is.
+    """
+    same = len(new) == len(last)
+    for key, value in new.items():
+        old = last.get(key, _ABSENT)
+        if old is value:
+            continue
+        if type(old) is type(value) and old == value:
+            new[key] = old
+            continue
+        same = False
+    return last if same else new
 
 
 def _outcomes_plain(outcomes: list[Plain], calls: list[Plain]) -> list[Plain]:
@@ -301,20 +341,69 @@ def _calls_of(ref: Mapping[str, Plain], messages: list[Plain]) -> list[Plain]:
     ]
 
 
-def _fields_plain(obj: Any, prefix: str, cache: dict[str, tuple[Any, Plain]]) -> dict[str, Plain]:
+_SCALARS = frozenset({type(None), bool, int, str})
+"""Values that are their own plain form (a finite float too): taken without a call."""
+
+
+def _fields_plain(
+    obj: Any, prefix: str, cache: dict[str, tuple[Any, Plain]], last: Plain
+) -> dict[str, Plain]:
+    """`obj`'s stored fields in plain form; with `last`, its form at the previous
+    checkpoint, what did not change is `last`'s (`_reuse`)."""
+    previous = last if type(last) is dict else None
     plain: dict[str, Plain] = {}
     for name, replaced, nested in _stored_fields(type(obj)):
-        value, path = getattr(obj, name), prefix + name
+        value = getattr(obj, name)
+        kind = type(value)
+        if kind in _SCALARS or (kind is float and math.isfinite(value)):
+            plain[name] = value
+            continue
+        path = prefix + name
         if replaced:
             known = cache.get(path)
-            if known is None or known[0] is not value:
+            if known is None:
                 known = cache[path] = (value, to_plain(value, path))
+            elif known[0] is not value:
+                known = cache[path] = (value, _plain_again(value, known[0], known[1], path))
             plain[name] = known[1]
         elif nested and is_dataclass(value) and not isinstance(value, type):
-            plain[name] = _fields_plain(value, path + ".", cache)
+            group = previous.get(name) if previous is not None else None
+            plain[name] = _fields_plain(value, path + ".", cache, group)
         else:
             plain[name] = to_plain(value, path)
-    return plain
+    return plain if previous is None else _reuse(plain, previous)
+
+
+def _plain_again(value: Any, old: Any, old_plain: Plain, path: str) -> Plain:
+    """The plain form of a `replaced` field's new value, taking the old value's plain
+    form of every part the two share (the same object).
+
+    Sound by the `replaced` rule: a value is never changed in place, so neither is
+    any part of it, and a part still held by the new value is as it was converted.
+    The stall detector's state, a new dict each iteration holding a new list of the
+    same observation dicts (up to 200), then costs its newest observation, not all.
+    """
+    if value is old:
+        return old_plain
+    if type(value) is dict and type(old) is dict and type(old_plain) is dict:
+        out: dict[str, Plain] = {}
+        for key, item in value.items():
+            if type(key) is not str:
+                return to_plain(value, path)  # names the bad key
+            was = old.get(key, _ABSENT)
+            out[key] = (
+                to_plain(item, f"{path}.{key}")
+                if was is _ABSENT
+                else _plain_again(item, was, old_plain[key], f"{path}.{key}")
+            )
+        return out
+    if type(value) is list and type(old) is list and type(old_plain) is list:
+        known = {id(part): form for part, form in zip(old, old_plain, strict=True)}
+        return [
+            known[id(item)] if id(item) in known else to_plain(item, f"{path}[{index}]")
+            for index, item in enumerate(value)
+        ]
+    return to_plain(value, path)
 
 
 _STORED: dict[type[Any], tuple[tuple[str, bool, bool], ...]] = {}
