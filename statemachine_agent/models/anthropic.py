@@ -28,6 +28,7 @@ from typing import Any, cast
 
 import anthropic
 import httpx2
+from anthropic._constants import MODEL_NONSTREAMING_TOKENS
 
 from statemachine_agent.blocking import serving_blocking_call
 from statemachine_agent.errors import Error
@@ -74,8 +75,6 @@ def needs_streaming(model: str, max_tokens: int) -> bool:
     hour per 128k tokens, must stream, as must one past a model's non-streaming
     token limit (the SDK's `MODEL_NONSTREAMING_TOKENS`).
     """
-    from anthropic._constants import MODEL_NONSTREAMING_TOKENS
-
     expected = _MAX_SECONDS_PER_128K_TOKENS * max_tokens / 128_000
     limit = MODEL_NONSTREAMING_TOKENS.get(model)
     return expected > _NONSTREAMING_SECONDS or (limit is not None and max_tokens > limit)
@@ -187,12 +186,17 @@ class AnthropicModel:
         on the async path; the thread finishes the request (or its retries) unseen,
         and being a daemon it never delays exit. An `async_client=` given is always used.
         """
-        if self._async_client is None and serving_blocking_call() and not self.streams(request):
+        streamed = self.streams(request)
+        if self._async_client is None and not streamed and serving_blocking_call():
             return await self._complete_on_worker(request)
         beta, kwargs = sdk_arguments(request.to_api())
-        client = await self._async_client_for_loop()
+        client = self._async_client
+        if client is None:  # the loop's own client, awaited only the first time
+            client = self._loop_clients.current()
+            if client is None:
+                client = await self._loop_clients.get()
         messages = cast(Any, client.beta.messages if beta else client.messages)
-        if self.streams(request):
+        if streamed:
             attempt = 0
             while True:
                 try:

@@ -135,8 +135,11 @@ class ModelReply:
 
     def __post_init__(self) -> None:
         """Repair invalid Unicode (lone surrogates) in the reply: it must not break a write."""
-        object.__setattr__(self, "content", repair(self.content))
-        object.__setattr__(self, "stop_details", repair(self.stop_details))
+        content = repair(self.content)
+        if content is not self.content:
+            object.__setattr__(self, "content", content)
+        if self.stop_details is not None:
+            object.__setattr__(self, "stop_details", repair(self.stop_details))
 
     @property
     def tool_uses(self) -> list[JSON]:
@@ -154,13 +157,15 @@ class ModelReply:
     def from_api(cls, body: Mapping[str, Any], *, request_id: str | None = None) -> ModelReply:
         """Build a reply from the JSON body of a Messages API response."""
         details = body.get("stop_details")
+        if details is not None:
+            details = dict(details) if isinstance(details, Mapping) else None
         return cls(
-            content=tuple(dict(b) for b in body.get("content") or ()),
+            content=tuple(map(dict, body.get("content") or ())),
             stop_reason=body.get("stop_reason"),
             usage=Usage.from_api(body.get("usage")),
             model=str(body.get("model") or ""),
             id=str(body.get("id") or ""),
-            stop_details=dict(details) if isinstance(details, Mapping) else None,
+            stop_details=details,
             request_id=request_id,
         )
 

@@ -33,7 +33,13 @@ class LoopClients(Generic[Client]):
         """How many loops have a live client (0 once every loop has shut down)."""
         return len(self._clients)
 
+    def current(self) -> Client | None:
+        """The running loop's client, if it has one already (no await needed)."""
+        entry = self._clients.get(asyncio.get_running_loop())
+        return None if entry is None else entry[0]
+
     async def get(self) -> Client:
+        """The running loop's client, made (and its closing arranged) on first use."""
         loop = asyncio.get_running_loop()
         entry = self._clients.get(loop)
         if entry is None:

@@ -75,6 +75,8 @@ def required_betas(body: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 def sdk_arguments(body: Mapping[str, Any]) -> tuple[bool, dict[str, Any]]:
     """Whether to call the beta surface, and the keyword arguments for `create`."""
+    if PLAIN_PARAMS.issuperset(body):  # the usual body: every key a plain keyword
+        return False, dict(body)
     beta = any(key in BETA_ONLY_PARAMS for key in body)
     accepted = BETA_PARAMS if beta else PLAIN_PARAMS
     kwargs = {k: v for k, v in body.items() if k in accepted}
