@@ -14,6 +14,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from statemachine_agent.context.caching import cache_last_tool
 from statemachine_agent.models.base import ModelReply
 from statemachine_agent.models.loop_clients import LoopClients
 from statemachine_agent.models.sdk_args import (
@@ -115,3 +116,17 @@ class TestFromApi:
         assert ModelReply.from_api({**body, "stop_details": {"type": "refusal"}}).stop_details == {
             "type": "refusal"
         }
+
+
+class TestCacheLastTool:
+    def test_only_the_last_definition_is_copied_and_marked(self) -> None:
+        """The caller's definitions are untouched; the earlier ones are shared, the last
+        is a marked copy with its keys in order."""
+        tools = [{"name": "a", "input_schema": {}}, {"name": "b", "input_schema": {}}]
+        before = [dict(t) for t in tools]
+        marked = cache_last_tool(tools)
+        assert tools == before
+        assert marked[0] is tools[0]
+        assert marked[1] == {**before[1], "cache_control": {"type": "ephemeral"}}
+        assert list(marked[1]) == ["name", "input_schema", "cache_control"]
+        assert cache_last_tool([]) == []

@@ -16,10 +16,14 @@ EPHEMERAL: JSON = {"type": "ephemeral"}
 
 
 def cache_last_tool(tools: Sequence[JSON]) -> list[JSON]:
-    """The tool definitions with a breakpoint on the last one (definitions are a prefix)."""
-    marked = [dict(t) for t in tools]
+    """The tool definitions with a breakpoint on the last one (definitions are a prefix).
+
+    Only the last definition is copied (to mark it); the others are shared, as the
+    history's messages are: nothing changes a definition once it is in a request.
+    """
+    marked = list(tools)
     if marked:
-        marked[-1]["cache_control"] = dict(EPHEMERAL)
+        marked[-1] = {**marked[-1], "cache_control": dict(EPHEMERAL)}
     return marked
 
 

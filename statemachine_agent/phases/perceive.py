@@ -36,7 +36,8 @@ class Perceive:
     at once (`PhaseEnv.outside_input`)."""
 
     async def run(self, ctx: PhaseEnv) -> Literal["prepared"]:
-        await refresh_tools(ctx)
+        if ctx.deps.tools.toolsets:  # nothing to list (or to say) without toolsets
+            await refresh_tools(ctx)
         run, policy = ctx.state, ctx.deps.context
         if ctx.arrival == "ask_for_typed_answer":  # the row says: the text was no answer
             add_user_text(run.messages, TEXT_ANSWER)
@@ -128,9 +129,10 @@ async def measure(ctx: PhaseEnv) -> int:
     Estimated locally by default; with `count_tokens` on, the model's own
     counter is asked (when the model has one).
     """
-    counter = getattr(ctx.deps.model, "acount_tokens", None)
-    if ctx.deps.context.count_tokens and counter is not None:
-        return int(await counter(build_request(ctx)))
+    if ctx.deps.context.count_tokens:
+        counter = getattr(ctx.deps.model, "acount_tokens", None)
+        if counter is not None:
+            return int(await counter(build_request(ctx)))
     return ctx.sizes.estimate(ctx.state.messages)
 
 

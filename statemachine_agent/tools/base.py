@@ -244,8 +244,11 @@ class ToolOutcome:
 
     def __post_init__(self) -> None:
         """Repair invalid Unicode (lone surrogates) in what the tool returned."""
-        object.__setattr__(self, "content", repair_text(self.content))
-        object.__setattr__(self, "data", repair(self.data))
+        content = repair_text(self.content)
+        if content is not self.content:
+            object.__setattr__(self, "content", content)
+        if self.data is not None:
+            object.__setattr__(self, "data", repair(self.data))
 
     def block_records(self) -> list[JSON]:
         """What the audit trail keeps of `blocks`: each one's kind, media type, size and
