@@ -47,8 +47,13 @@ _LIST_FIELDS = tuple(f.name for f in fields(RunRecord) if checkpointing(f.name) 
 """Lists stored as their new items (`"appended"` fields); everything else is diffed."""
 
 
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+"""Made once (`json.dumps` with options builds an encoder per call): a message's text,
+compared at every checkpoint to see whether a phase changed it in place."""
+
+
 def _dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return _ENCODER.encode(value)
 
 
 def diff(old: Plain, new: Plain) -> Plain:
