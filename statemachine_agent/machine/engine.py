@@ -172,12 +172,21 @@ def build_machine(rows: Sequence[Row] = ROWS, guards: Mapping[str, Guard] = GUAR
     return machine
 
 
+_VERDICTS_KEPT = 4096
+"""Distinct sets of guard verdicts an engine keeps to share (a table has a few dozen
+in practice; the cap bounds a table whose guards are judged in many combinations)."""
+
+
 class Engine:
     """Drives runs through one machine."""
 
     def __init__(self, rows: Sequence[Row] = ROWS, guards: Mapping[str, Guard] = GUARDS) -> None:
         self.rows: tuple[Row, ...] = tuple(rows)
         self.machine = build_machine(self.rows, guards)
+        self._verdicts: dict[tuple[tuple[str, bool], ...], dict[str, bool]] = {}
+        """Each set of guard verdicts the engine has recorded, kept once: most
+        transitions repeat one seen before, so a trail's records share their verdicts
+        (never changed once recorded) instead of holding a dict each (`_shared`)."""
 
     def fire(self, ctx: PhaseEnv, trigger: str) -> TransitionRecord:
         """Fire `trigger` from the run's state and record the transition."""
@@ -191,17 +200,20 @@ class Engine:
         if not event.trigger(run, verdicts=verdicts, fired=fired) or not fired:
             raise MachineDefinitionError(f"no row fires for {source!r} on {trigger!r}")
         run.seq += 1
+        usage = run.usage.to_dict()
+        last = run.trail[-1] if run.trail else None
         record = TransitionRecord(
             seq=run.seq,
             source=source,
             trigger=trigger,
             dest=run.state,
-            guards=verdicts,
+            guards=self._shared(verdicts),
             via=fired[0].guards,
             iteration=run.iteration,
             turn=run.turn,
             elapsed_s=round(run.elapsed_s, 6),
-            usage_total=run.usage.to_dict(),
+            # the usage changes at a reply only: records between two replies share one
+            usage_total=last.usage_total if last and last.usage_total == usage else usage,
             cost_usd=run.cost_usd,
         )
         run.trail.append(record)
@@ -220,6 +232,17 @@ class Engine:
             ctx.outside_input = False
             ctx.checkpoint()
         return record
+
+    def _shared(self, verdicts: dict[str, bool]) -> dict[str, bool]:
+        """The recorded copy of `verdicts` (a run holding thousands of transitions, and a
+        process holding thousands of runs, pay for each distinct set once)."""
+        key = tuple(verdicts.items())
+        known = self._verdicts.get(key)
+        if known is not None:
+            return known
+        if len(self._verdicts) < _VERDICTS_KEPT:
+            self._verdicts[key] = verdicts
+        return verdicts
 
     async def drive(
         self,
@@ -240,28 +263,7 @@ class Engine:
         ctx.started_at = ctx.deps.effects.monotonic() - run.elapsed_s
         ctx.cancel = cancel
         if ctx.emitter.listened():  # encoding the settings alone is ~50-150 us a run
-            fields = {
-                "state": run.state,
-                "model": ctx.deps.model.name,
-                "system": ctx.deps.system,
-                "tools": ctx.deps.tools.definitions(),
-                "tool_flags": {
-                    t.name: {
-                        "ends_run": t.ends_run,
-                        "requires_approval": t.requires_approval,
-                        "side_effect": t.side_effect,
-                        "deferrable": t.deferrable,
-                    }
-                    for t in ctx.deps.tools
-                },
-                "messages": list(run.messages),
-                "budget": _budget_fields(run),
-                "settings": to_plain(run.settings, "settings"),
-            }
-            if resumed:
-                ctx.emitter.emit("run.resumed", **fields, seq=run.seq)
-            else:
-                ctx.emitter.emit("run.started", **fields)
+            _announce(ctx, resumed)
         ctx.checkpoint()
         trigger: str | None = "resumed" if resumed and run.state in RESUMABLE_STATES else None
         while True:
@@ -410,6 +412,35 @@ class Engine:
             # stands (no row leaves it), and the result says what could not be written.
             result = dataclasses.replace(result, details={**(result.details or {}), **late})
         return result
+
+
+def _announce(ctx: PhaseEnv, resumed: bool) -> None:
+    """`run.started` or `run.resumed`, with what the run was given. Its own function so
+    that its payload (the history, the settings, the tools) is freed once emitted, not
+    kept alive by the driving coroutine's frame for the whole run."""
+    run = ctx.state
+    fields = {
+        "state": run.state,
+        "model": ctx.deps.model.name,
+        "system": ctx.deps.system,
+        "tools": ctx.deps.tools.definitions(),
+        "tool_flags": {
+            t.name: {
+                "ends_run": t.ends_run,
+                "requires_approval": t.requires_approval,
+                "side_effect": t.side_effect,
+                "deferrable": t.deferrable,
+            }
+            for t in ctx.deps.tools
+        },
+        "messages": list(run.messages),
+        "budget": _budget_fields(run),
+        "settings": to_plain(run.settings, "settings"),
+    }
+    if resumed:
+        ctx.emitter.emit("run.resumed", **fields, seq=run.seq)
+    else:
+        ctx.emitter.emit("run.started", **fields)
 
 
 def _iterations(run: RunRecord, row: Row | None) -> int:
