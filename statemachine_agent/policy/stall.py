@@ -183,6 +183,23 @@ class _Group:
         return o
 
 
+class _Repeats:
+    """Identical calls (same tool, arguments and result), oldest first: a `_Group` whose
+    arguments are one by construction, so it keeps no count of them (one dict fewer
+    per distinct call, which thousands of runs in one process each hold)."""
+
+    __slots__ = ("calls",)
+
+    def __init__(self) -> None:
+        self.calls: list[_Observation] = []
+
+    def add(self, o: _Observation) -> None:
+        self.calls.append(o)
+
+    def drop_oldest(self) -> _Observation:
+        return self.calls.pop(0)
+
+
 class _ToolCalls(_Group):
     """One tool's calls in the window, as the oscillation pattern reads them.
 
@@ -250,7 +267,7 @@ class _Index:
 
     def __init__(self, policy: StallPolicy) -> None:
         self.policy = policy
-        self.repeats: dict[tuple[str, str, str, bool], _Group] = {}
+        self.repeats: dict[tuple[str, str, str, bool], _Repeats] = {}
         self.repeat_hits: set[tuple[str, str, str, bool]] = set()
         """Keys of the repeat groups with at least `threshold` calls."""
         self.near: dict[tuple[str, str], _Group] = {}
@@ -264,11 +281,11 @@ class _Index:
         """Take in `observations[-1]`, just appended."""
         o = observations[-1]
         threshold = self.policy.threshold
-        group = self.repeats.get(o.key)
-        if group is None:
-            group = self.repeats[o.key] = _Group()
-        group.add(o)
-        if len(group.calls) >= threshold:
+        repeats = self.repeats.get(o.key)
+        if repeats is None:
+            repeats = self.repeats[o.key] = _Repeats()
+        repeats.add(o)
+        if len(repeats.calls) >= threshold:
             self.repeat_hits.add(o.key)
         if self.policy.similarity is None:
             near_key = (o.tool, _normal_key(o.args))
