@@ -46,9 +46,14 @@ def check_int(
 def check_number(
     param: str, value: object, *, positive: bool = False, optional: bool = False
 ) -> None:
-    """An `int` or `float` (never a bool), above zero when `positive`."""
+    """An `int` or `float` (never a bool, never NaN), above zero when `positive`.
+
+    NaN passes every `<= 0` check and fails every comparison a limit is read with, so a
+    NaN limit would never trip: refused here, naming the parameter."""
     or_none = " or None" if optional else ""
     check_type(param, value, (int, float), f"a number{or_none}", optional=optional)
+    if isinstance(value, float) and value != value:
+        raise ValueError(f"{param} must be a number{or_none}, got {value!r}")
     if value is not None and positive and not value > 0:  # type: ignore[operator]
         raise ValueError(f"{param} must be positive{or_none}, got {value!r}")
 

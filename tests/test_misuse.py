@@ -167,3 +167,11 @@ def _refusal(param: str, value: Any) -> Exception | None:
     except (TypeError, ValueError) as exc:
         return exc
     return None
+
+
+@pytest.mark.parametrize("param", ["max_cost_usd", "max_seconds", "salvage_max_cost_usd"])
+def test_a_nan_limit_is_refused_by_name(param: str) -> None:
+    """NaN passes every `<= 0` check and fails every `>=` comparison, so a NaN limit would
+    never trip: a run with `max_cost_usd=nan` would run away with money."""
+    with pytest.raises(ValueError, match=f"Budget.{param}.*nan"):
+        Budget(**{param: float("nan")})
