@@ -225,8 +225,9 @@ class Agent(Generic[OutputT]):
                 (an `untrusted` tool's result) entered the run: `TaintPolicy()` sends it
                 to `approval` (the default), `side_effects="deny"` refuses it; `None`
                 switches the gate off. See docs/security.md.
-            checkpointer: where each transition is checkpointed, so `resume` works;
-                see `resolve_checkpointer` for the forms and the default.
+            checkpointer: where the run is checkpointed (each reply, outcome, pause and
+                end), so `resume` works; see `resolve_checkpointer` for the forms and
+                the default.
             audit: where the events go: an `Audit(dir, sinks, redact, logger)`, or a
                 folder (`Audit(dir=folder)`: each run to `<folder>/<run_id>.jsonl`).
             max_tokens: the output limit of each model call of the loop.
