@@ -12,9 +12,6 @@ two at a time, since each is two interpreter starts.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -27,8 +24,7 @@ from statemachine_agent.audit.chain import verify_file
 from statemachine_agent.replay import replay
 from statemachine_agent.testing.postgres import LocalPostgres
 from tests.support.commit_crash_agent import BOUNDARIES, IN_TOOL
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.crashing import run_child
 
 KEYS = ("toolu_pay5", "toolu_pay7")
 
@@ -39,13 +35,7 @@ its outcome was not yet checkpointed (the idempotency key keeps the effect singl
 
 
 def child(*args: str) -> dict[str, Any]:
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.support.commit_crash_agent", *args],
-        cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
-    if done.returncode != 0:
-        return {"returncode": done.returncode, "stderr": done.stderr[-2000:]}
-    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+    return run_child("tests.support.commit_crash_agent", *args)
 
 
 def crash_and_resume(where: str, folder: Path, boundary: str) -> dict[str, Any]:

@@ -27,8 +27,6 @@ kills run two at a time, since each is two interpreter starts.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -43,21 +41,14 @@ from statemachine_agent.persistence import load_record
 from statemachine_agent.replay import replay
 from statemachine_agent.testing.postgres import LocalPostgres
 from statemachine_agent.testing.server import FakeAnthropicServer
-from tests.support.loop_crash_agent import ANSWER, CALL_IDS, PROMPT, build, script, store
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.crashing import run_child, store
+from tests.support.loop_crash_agent import ANSWER, CALL_IDS, PROMPT, build, script
 
 TURNS = len(script())
 
 
 def child(*args: str) -> dict[str, Any]:
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.support.loop_crash_agent", *args],
-        cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
-    if done.returncode != 0:
-        return {"returncode": done.returncode, "stderr": done.stderr[-2000:]}
-    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+    return run_child("tests.support.loop_crash_agent", *args)
 
 
 def turns_asked(path: Path) -> list[int]:

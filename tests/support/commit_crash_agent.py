@@ -22,11 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from statemachine_agent import Agent, Audit, ModelReply, ModelRequest, tool
-from statemachine_agent.persistence import Checkpointer, PostgresCheckpointer, SQLiteCheckpointer
 from statemachine_agent.testing import replies
-
-LEASE_SECONDS = 1.0
-"""Short, so the resuming process takes over the killed one's lease soon."""
+from tests.support.crashing import LEASE_SECONDS, store
 
 BOUNDARIES: Mapping[str, tuple[str, Mapping[str, Any]]] = {
     "entering_commit": ("transition.fired", {"dest": "commit"}),
@@ -79,12 +76,6 @@ class KillAt:
 
     def close(self) -> None:
         return None
-
-
-def store(where: str) -> Checkpointer:
-    if where.startswith("postgresql://"):
-        return PostgresCheckpointer(where, lease_seconds=LEASE_SECONDS)
-    return SQLiteCheckpointer(Path(where), lease_seconds=LEASE_SECONDS)
 
 
 def build(where: str, ledger: Path, kill: str | None) -> Agent:

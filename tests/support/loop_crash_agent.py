@@ -37,15 +37,8 @@ from statemachine_agent import (
     tool,
 )
 from statemachine_agent.models.progress import ProgressModel
-from statemachine_agent.persistence import (
-    Checkpointer,
-    PostgresCheckpointer,
-    SQLiteCheckpointer,
-)
 from statemachine_agent.testing import replies
-
-LEASE_SECONDS = 1.0
-"""Short, so the resuming process takes over the killed one's lease soon."""
+from tests.support.crashing import LEASE_SECONDS, store
 
 CALL_IDS = ("toolu_note1", "toolu_note2a", "toolu_note2b", "toolu_note3")
 """Every effectful call of the script, in the order the model asks for them."""
@@ -105,12 +98,6 @@ class KillAt:
 
     def close(self) -> None:
         return None
-
-
-def store(where: str) -> Checkpointer:
-    if where.startswith("postgresql://"):
-        return PostgresCheckpointer(where, lease_seconds=LEASE_SECONDS)
-    return SQLiteCheckpointer(Path(where), lease_seconds=LEASE_SECONDS)
 
 
 def build(
