@@ -7,7 +7,7 @@ the baseline measured in the same rounds is a bare asyncio loop doing the same
 sleeps and tool calls with no engine at all.
 Peak memory per run is tracemalloc's peak over a separate, traced round of
 PEAK_RUNS runs, divided by PEAK_RUNS. The process's peak memory (its maximum resident
-set) is read from a fresh interpreter that runs one round of RUNS runs (`--rss`),
+set, VmHWM) is read from a fresh interpreter that runs one round of RUNS runs (`--rss`),
 with and without `gc.freeze()`, so nothing else the benchmark did counts.
 
 Part 2 (memory per open run): OPEN runs are started and left blocked inside the
@@ -159,6 +159,16 @@ def peak_rss(freeze: bool) -> dict[str, float]:
 
 
 def _rss_mib() -> float:
+    """This process's peak resident set (MiB): Linux's VmHWM, which starts afresh at
+    exec (`ru_maxrss` does not: a child started by a large process reports at least
+    the parent's size at the fork)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024  # kB
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
@@ -417,8 +427,9 @@ def main() -> None:
     if "--rss" in sys.argv[1:]:
         _rss_main(freeze="--freeze" in sys.argv[1:])
         return
+    rss = {"default": peak_rss(False), "frozen": peak_rss(True)}
     part1 = throughput()
-    part1["rss"] = {"default": peak_rss(False), "frozen": peak_rss(True)}
+    part1["rss"] = rss
     part2 = open_runs()
     engine_kib = part2["engine"]["median"] / 1024
     peak = part1["rss"]["default"]["peak_mib"]
