@@ -330,7 +330,7 @@ LABELS = {
     "g_transitions": ("(g) transitions alone, 4-state Machine", "sync"),
     "b_engine": ("(b) engine, null sink", "async"),
     "b_engine_no_stall": ("(b) diag: engine, stall detector off", "async"),
-    "b_engine_sync_tool": ("(b) diag: engine, sync tool (thread per call)", "sync"),
+    "b_engine_sync_tool": ("(b) diag: engine, sync tool (pooled threads)", "sync"),
     "c_engine_jsonl": ("(c) engine, JSONL audit sink", "async"),
     "d_engine_sqlite": ("(d) engine, SQLite checkpointer", "async"),
     "e_langgraph": ("(e) LangGraph prebuilt, no checkpointer", "sync"),
