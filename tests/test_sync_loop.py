@@ -15,6 +15,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -265,3 +266,37 @@ def test_a_forked_child_makes_its_own_loop_and_connection(server: FakeAnthropicS
     assert agent.run("q").text == "parent 2"
     assert thread_loop() is parent_loop
     assert server.connections == 2
+
+
+def test_a_forked_child_runs_sync_tools_on_its_own_threads() -> None:
+    """A child forked after a run of a sync tool gets its own worker threads: the
+    parent's idle ones do not exist in the child, and a call handed to one of them
+    would wait out the tool's timeout instead of running."""
+    from statemachine_agent import ScriptedModel, tool
+
+    @tool(timeout=5.0)
+    def where(n: int) -> str:
+        """Say which process ran the call."""
+        return f"ran in {os.getpid()}"
+
+    def script() -> list[dict[str, object]]:
+        return [replies.tool_use("where", {"n": 1}), replies.text("done")]
+
+    agent = Agent(ScriptedModel(script() * 2), tools=[where])
+    first = agent.run("q")
+    assert first.messages[2]["content"][0]["content"] == f"ran in {os.getpid()}"
+    time.sleep(0.2)  # the parent's worker has put itself back among the idle ones
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report and leave at once, never back into pytest
+        code = 1
+        try:
+            result = agent.run("q")
+            os.write(write, str(result.messages[2]["content"][0]["content"]).encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write)
+    _, status = os.waitpid(pid, 0)
+    with os.fdopen(read) as pipe:
+        assert (status, pipe.read()) == (0, f"ran in {pid}")
