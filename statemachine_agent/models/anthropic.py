@@ -126,9 +126,9 @@ class AnthropicModel:
         self._loop_clients = LoopClients(
             lambda: _CappedAsyncAnthropic(max_retry_wait, **self._options), _close
         )
-        self._workers = (os.getpid(), DaemonWorkers(max_idle=4))
-        """Threads for the sync client's calls made for a blocking run (see `acomplete`),
-        and their process: a forked child has none of its parent's threads."""
+        self._workers = DaemonWorkers(max_idle=4)
+        """Threads for the sync client's calls made for a blocking run (see `acomplete`);
+        a forked child starts its own (`DaemonWorkers` forgets its parent's)."""
 
     def __repr__(self) -> str:
         return f"<AnthropicModel {self.name}>"
@@ -236,10 +236,7 @@ class AnthropicModel:
             with contextlib.suppress(RuntimeError):  # the loop closed: nobody is waiting
                 loop.call_soon_threadsafe(settle, error, reply)
 
-        pid = os.getpid()
-        if self._workers[0] != pid:
-            self._workers = (pid, DaemonWorkers(max_idle=4))
-        self._workers[1].submit(work)
+        self._workers.submit(work)
         return await future
 
     def _retrying_sync(self, call: Any) -> ModelReply:
